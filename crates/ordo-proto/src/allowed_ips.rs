@@ -17,10 +17,17 @@ struct Family<T> {
 
 impl<T: Copy + Eq> Family<T> {
     fn new(bits: usize) -> Self {
-        Family { by_len: vec![HashMap::new(); bits + 1], in_use: Vec::new() }
+        Family {
+            by_len: vec![HashMap::new(); bits + 1],
+            in_use: Vec::new(),
+        }
     }
     fn refresh_in_use(&mut self) {
-        self.in_use = (0..self.by_len.len()).rev().filter(|&l| !self.by_len[l].is_empty()).map(|l| l as u8).collect();
+        self.in_use = (0..self.by_len.len())
+            .rev()
+            .filter(|&l| !self.by_len[l].is_empty())
+            .map(|l| l as u8)
+            .collect();
     }
     fn insert(&mut self, key: u128, len: u8, v: T) {
         let was_empty = self.by_len[len as usize].is_empty();
@@ -37,7 +44,9 @@ impl<T: Copy + Eq> Family<T> {
         r
     }
     fn lookup(&self, addr: u128, mask: impl Fn(u128, u8) -> u128) -> Option<T> {
-        self.in_use.iter().find_map(|&l| self.by_len[l as usize].get(&mask(addr, l)).copied())
+        self.in_use
+            .iter()
+            .find_map(|&l| self.by_len[l as usize].get(&mask(addr, l)).copied())
     }
     fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
         for m in &mut self.by_len {
@@ -71,7 +80,10 @@ pub struct AllowedIps<T> {
 
 impl<T: Copy + Eq> Default for AllowedIps<T> {
     fn default() -> Self {
-        AllowedIps { v4: Family::new(32), v6: Family::new(128) }
+        AllowedIps {
+            v4: Family::new(32),
+            v6: Family::new(128),
+        }
     }
 }
 
@@ -79,7 +91,9 @@ impl<T: Copy + Eq> AllowedIps<T> {
     /// Maps `net` (host bits cleared) to `v`, taking it from any peer that held it.
     pub fn insert(&mut self, net: IpNet, v: T) {
         match net.trunc() {
-            IpNet::V4(n) => self.v4.insert(u32::from(n.addr()) as u128, n.prefix_len(), v),
+            IpNet::V4(n) => self
+                .v4
+                .insert(u32::from(n.addr()) as u128, n.prefix_len(), v),
             IpNet::V6(n) => self.v6.insert(u128::from(n.addr()), n.prefix_len(), v),
         }
     }

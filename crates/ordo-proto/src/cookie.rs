@@ -56,8 +56,16 @@ impl CookieChecker {
         constant_time_eq(&mac(&self.mac1_key, &[&msg[..at]]), &msg[at..at + 16])
     }
 
-    fn cookie_for(&mut self, src: &SocketAddr, now: Instant, rng: &mut (impl RngCore + CryptoRng)) -> [u8; 16] {
-        if self.secret_born.is_none_or(|b| now.saturating_duration_since(b) >= COOKIE_SECRET_MAX_AGE) {
+    fn cookie_for(
+        &mut self,
+        src: &SocketAddr,
+        now: Instant,
+        rng: &mut (impl RngCore + CryptoRng),
+    ) -> [u8; 16] {
+        if self
+            .secret_born
+            .is_none_or(|b| now.saturating_duration_since(b) >= COOKIE_SECRET_MAX_AGE)
+        {
             rng.fill_bytes(&mut self.secret[..]);
             self.secret_born = Some(now);
         }
@@ -65,20 +73,36 @@ impl CookieChecker {
     }
 
     /// True if `msg` carries a mac2 made with the cookie we would give `src` now.
-    pub fn mac2_valid(&mut self, msg: &[u8], src: &SocketAddr, now: Instant, rng: &mut (impl RngCore + CryptoRng)) -> bool {
+    pub fn mac2_valid(
+        &mut self,
+        msg: &[u8],
+        src: &SocketAddr,
+        now: Instant,
+        rng: &mut (impl RngCore + CryptoRng),
+    ) -> bool {
         let cookie = self.cookie_for(src, now, rng);
         let at = mac2_offset(msg.len());
         constant_time_eq(&mac(&cookie, &[&msg[..at]]), &msg[at..at + 16])
     }
 
     /// A cookie reply to `msg` from `src`, sealed to the mac1 of `msg`.
-    pub fn reply(&mut self, msg: &[u8], src: &SocketAddr, now: Instant, rng: &mut (impl RngCore + CryptoRng)) -> CookieReply {
+    pub fn reply(
+        &mut self,
+        msg: &[u8],
+        src: &SocketAddr,
+        now: Instant,
+        rng: &mut (impl RngCore + CryptoRng),
+    ) -> CookieReply {
         let cookie = self.cookie_for(src, now, rng);
         let mut nonce = [0u8; 24];
         rng.fill_bytes(&mut nonce);
         let at = mac1_offset(msg.len());
         let encrypted_cookie = xaead_seal(&self.cookie_key, &nonce, &cookie, &msg[at..at + 16]);
-        CookieReply { receiver: u32::from_le_bytes(msg[4..8].try_into().unwrap()), nonce, encrypted_cookie }
+        CookieReply {
+            receiver: u32::from_le_bytes(msg[4..8].try_into().unwrap()),
+            nonce,
+            encrypted_cookie,
+        }
     }
 }
 
@@ -92,7 +116,12 @@ pub struct CookieJar {
 
 impl CookieJar {
     pub fn new(peer: &PublicKey) -> Self {
-        CookieJar { mac1_key: mac1_key(peer), cookie_key: cookie_key(peer), last_mac1: None, cookie: None }
+        CookieJar {
+            mac1_key: mac1_key(peer),
+            cookie_key: cookie_key(peer),
+            last_mac1: None,
+            cookie: None,
+        }
     }
 
     /// Writes mac1 and, if we hold a fresh cookie, mac2 into a handshake message.
@@ -103,7 +132,9 @@ impl CookieJar {
         self.last_mac1 = Some(m1);
         let at2 = mac2_offset(msg.len());
         let m2 = match self.cookie {
-            Some((c, got)) if now.saturating_duration_since(got) < COOKIE_USE_LIFETIME => mac(&c, &[&msg[..at2]]),
+            Some((c, got)) if now.saturating_duration_since(got) < COOKIE_USE_LIFETIME => {
+                mac(&c, &[&msg[..at2]])
+            }
             _ => [0; 16],
         };
         msg[at2..at2 + 16].copy_from_slice(&m2);
@@ -111,7 +142,9 @@ impl CookieJar {
 
     /// Accepts a cookie reply to the last message we stamped. False if it does not open.
     pub fn consume_reply(&mut self, reply: &CookieReply, now: Instant) -> bool {
-        let Some(m1) = self.last_mac1 else { return false };
+        let Some(m1) = self.last_mac1 else {
+            return false;
+        };
         match xaead_open(&self.cookie_key, &reply.nonce, &reply.encrypted_cookie, &m1) {
             Some(c) => {
                 self.cookie = Some((c, now));
@@ -147,14 +180,20 @@ mod tests {
         msg[0] = 1;
         jar.stamp(&mut msg, now);
         assert!(checker.mac1_valid(&msg));
-        assert!(!checker.mac2_valid(&msg, &src, now, &mut rng), "no cookie yet");
+        assert!(
+            !checker.mac2_valid(&msg, &src, now, &mut rng),
+            "no cookie yet"
+        );
 
         let reply = checker.reply(&msg, &src, now, &mut rng);
         assert!(jar.consume_reply(&reply, now));
         jar.stamp(&mut msg, now);
         assert!(checker.mac2_valid(&msg, &src, now, &mut rng));
         let other: SocketAddr = "192.0.2.2:51820".parse().unwrap();
-        assert!(!checker.mac2_valid(&msg, &other, now, &mut rng), "cookie is bound to the source");
+        assert!(
+            !checker.mac2_valid(&msg, &other, now, &mut rng),
+            "cookie is bound to the source"
+        );
 
         // The secret rotates: an old cookie stops working.
         let later = now + COOKIE_SECRET_MAX_AGE;

@@ -49,7 +49,11 @@ impl Identity {
     pub fn new(private: PrivateKey) -> Self {
         let secret = private.secret();
         let public = private.public_key();
-        Identity { private, public, secret }
+        Identity {
+            private,
+            public,
+            secret,
+        }
     }
 
     /// DH(our static, their static): fixed per peer, so computed when the peer is added.
@@ -110,8 +114,21 @@ pub fn create_initiation(
     let [ck, k] = kdf::<2>(&ck, static_static);
     let encrypted_timestamp: [u8; 28] = aead_seal(&k, 0, &timestamp, &h);
     let h = hash(&[&h, &encrypted_timestamp]);
-    let msg = Initiation { sender: local_index, ephemeral: e_pub, encrypted_static, encrypted_timestamp };
-    Ok((msg, InitiatorState { local_index, ephemeral, ck, h }))
+    let msg = Initiation {
+        sender: local_index,
+        ephemeral: e_pub,
+        encrypted_static,
+        encrypted_timestamp,
+    };
+    Ok((
+        msg,
+        InitiatorState {
+            local_index,
+            ephemeral,
+            ck,
+            h,
+        },
+    ))
 }
 
 /// What the responder learns from a valid initiation, before it decides to answer.
@@ -137,12 +154,14 @@ pub fn consume_initiation(
     let h = hash(&[&h, &msg.ephemeral]);
     let es = dh(&me.secret, &msg.ephemeral).ok_or(HandshakeError::WeakKey)?;
     let [ck, k] = kdf::<2>(&ck, &es[..]);
-    let initiator = aead_open::<32, 48>(&k, 0, &msg.encrypted_static, &h).ok_or(HandshakeError::Decrypt)?;
+    let initiator =
+        aead_open::<32, 48>(&k, 0, &msg.encrypted_static, &h).ok_or(HandshakeError::Decrypt)?;
     let initiator = PublicKey(*initiator);
     let h = hash(&[&h, &msg.encrypted_static]);
     let ss = static_static_of(&initiator).ok_or(HandshakeError::UnknownPeer)?;
     let [ck, k] = kdf::<2>(&ck, &ss[..]);
-    let timestamp = aead_open::<12, 28>(&k, 0, &msg.encrypted_timestamp, &h).ok_or(HandshakeError::Decrypt)?;
+    let timestamp =
+        aead_open::<12, 28>(&k, 0, &msg.encrypted_timestamp, &h).ok_or(HandshakeError::Decrypt)?;
     let h = hash(&[&h, &msg.encrypted_timestamp]);
     Ok(ConsumedInitiation {
         initiator,
@@ -173,7 +192,12 @@ pub fn create_response(
     let h = hash(&[&h, &t[..]]);
     let encrypted_nothing: [u8; 16] = aead_seal::<0, 16>(&k, 0, &[], &h);
     let [initiator_send, responder_send] = kdf::<2>(&ck, &[]);
-    let msg = Response { sender: local_index, receiver: init.sender, ephemeral: e_pub, encrypted_nothing };
+    let msg = Response {
+        sender: local_index,
+        receiver: init.sender,
+        ephemeral: e_pub,
+        encrypted_nothing,
+    };
     let keys = SessionKeys {
         send: responder_send,
         recv: initiator_send,
@@ -220,13 +244,18 @@ mod tests {
         Identity::new(PrivateKey::from_bytes([seed; 32]))
     }
 
-    fn run(psk_i: &PresharedKey, psk_r: &PresharedKey) -> Result<(SessionKeys, SessionKeys), HandshakeError> {
+    fn run(
+        psk_i: &PresharedKey,
+        psk_r: &PresharedKey,
+    ) -> Result<(SessionKeys, SessionKeys), HandshakeError> {
         let mut rng = StdRng::seed_from_u64(1);
         let (i, r) = (pair(1), pair(2));
         let ss = i.static_static(&r.public).unwrap();
         let ts = tai64n(SystemTime::now());
         let (init, state) = create_initiation(&i, &r.public, &ss, 11, ts, &mut rng)?;
-        let consumed = consume_initiation(&r, &init, |k| (*k == i.public).then(|| r.static_static(k).unwrap()))?;
+        let consumed = consume_initiation(&r, &init, |k| {
+            (*k == i.public).then(|| r.static_static(k).unwrap())
+        })?;
         assert_eq!(consumed.initiator, i.public);
         assert_eq!(consumed.timestamp, ts);
         let (resp, rkeys) = create_response(&consumed, psk_r, 22, &mut rng)?;
@@ -241,7 +270,10 @@ mod tests {
         assert_eq!(*i.send, *r.recv);
         assert_eq!(*i.recv, *r.send);
         assert_ne!(*i.send, *i.recv);
-        assert_eq!((i.local_index, i.remote_index, r.local_index, r.remote_index), (11, 22, 22, 11));
+        assert_eq!(
+            (i.local_index, i.remote_index, r.local_index, r.remote_index),
+            (11, 22, 22, 11)
+        );
     }
 
     #[test]
@@ -256,7 +288,10 @@ mod tests {
         let (i, r) = (pair(1), pair(2));
         let ss = i.static_static(&r.public).unwrap();
         let (init, _) = create_initiation(&i, &r.public, &ss, 1, [0; 12], &mut rng).unwrap();
-        assert_eq!(consume_initiation(&r, &init, |_| None).err(), Some(HandshakeError::UnknownPeer));
+        assert_eq!(
+            consume_initiation(&r, &init, |_| None).err(),
+            Some(HandshakeError::UnknownPeer)
+        );
     }
 
     #[test]
@@ -274,8 +309,14 @@ mod tests {
     fn tai64n_orders_and_rounds() {
         let t0 = UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
         let a = tai64n(t0);
-        assert_eq!(&a[..8], &(0x4000_0000_0000_000a_u64 + 1_700_000_000).to_be_bytes());
-        assert_eq!(u32::from_be_bytes(a[8..].try_into().unwrap()) & 0x00ff_ffff, 0);
+        assert_eq!(
+            &a[..8],
+            &(0x4000_0000_0000_000a_u64 + 1_700_000_000).to_be_bytes()
+        );
+        assert_eq!(
+            u32::from_be_bytes(a[8..].try_into().unwrap()) & 0x00ff_ffff,
+            0
+        );
         assert!(tai64n(t0 + Duration::from_secs(1)) > a);
     }
 

@@ -16,8 +16,8 @@ use crate::peer::{Peer, PeerId, Slot, MAX_STAGED_PACKETS};
 use crate::ratelimiter::RateLimiter;
 use crate::session::{OpenError, Session};
 use crate::timers::{
-    INITIATION_MIN_INTERVAL, MAX_HANDSHAKE_ATTEMPTS, MAX_JITTER_MS, REKEY_AFTER_MESSAGES, REKEY_AFTER_TIME,
-    REKEY_ON_RECEIVE_AGE, REKEY_TIMEOUT,
+    INITIATION_MIN_INTERVAL, MAX_HANDSHAKE_ATTEMPTS, MAX_JITTER_MS, REKEY_AFTER_MESSAGES,
+    REKEY_AFTER_TIME, REKEY_ON_RECEIVE_AGE, REKEY_TIMEOUT,
 };
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -168,7 +168,10 @@ pub struct Transmit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Received {
     /// An inner packet for the TUN device, at this range of the caller's buffer.
-    Packet { peer: PeerId, range: Range<usize> },
+    Packet {
+        peer: PeerId,
+        range: Range<usize>,
+    },
     /// An authentic keepalive: nothing to deliver.
     Keepalive(PeerId),
     /// A handshake message was processed; replies, if any, wait in the transmit queue.
@@ -182,7 +185,11 @@ pub enum Received {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sent {
     /// A data message of `len` bytes is in the caller's buffer, for `to`.
-    Data { peer: PeerId, to: SocketAddr, len: usize },
+    Data {
+        peer: PeerId,
+        to: SocketAddr,
+        len: usize,
+    },
     /// The packet waits for a handshake, which has been started if none was under way.
     Staged(PeerId),
     Dropped(DropReason),
@@ -256,7 +263,10 @@ impl Interface {
             return;
         }
         self.identity = key.map(Identity::new);
-        self.checker = self.identity.as_ref().map(|i| CookieChecker::new(&i.public));
+        self.checker = self
+            .identity
+            .as_ref()
+            .map(|i| CookieChecker::new(&i.public));
         if let Some(me) = self.public_key() {
             if let Some(id) = self.by_key.get(&me).copied() {
                 self.remove_peer(id);
@@ -344,7 +354,8 @@ impl Interface {
     pub fn set_persistent_keepalive(&mut self, id: PeerId, seconds: u16, now: Instant) {
         if let Some(p) = self.peers.get_mut(&id) {
             p.persistent_keepalive = seconds;
-            p.timers.set_persistent_interval(now, Duration::from_secs(seconds as u64));
+            p.timers
+                .set_persistent_interval(now, Duration::from_secs(seconds as u64));
         }
     }
 
@@ -374,7 +385,13 @@ impl Interface {
     // ---- the data path -------------------------------------------------------------------
 
     /// Processes one datagram from `src`, decrypting in place.
-    pub fn receive(&mut self, now: Instant, wall: SystemTime, src: SocketAddr, buf: &mut [u8]) -> Received {
+    pub fn receive(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        src: SocketAddr,
+        buf: &mut [u8],
+    ) -> Received {
         let r = match messages::classify(buf) {
             None => Err(DropReason::Malformed),
             Some(Kind::Data) => self.receive_data(now, wall, src, buf),
@@ -388,11 +405,23 @@ impl Interface {
         })
     }
 
-    fn receive_data(&mut self, now: Instant, wall: SystemTime, src: SocketAddr, buf: &mut [u8]) -> Result<Received, DropReason> {
+    fn receive_data(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        src: SocketAddr,
+        buf: &mut [u8],
+    ) -> Result<Received, DropReason> {
         let receiver = messages::DataHeader::parse(buf).receiver;
-        let id = *self.indices.get(&receiver).ok_or(DropReason::UnknownReceiver)?;
+        let id = *self
+            .indices
+            .get(&receiver)
+            .ok_or(DropReason::UnknownReceiver)?;
         let peer = self.peers.get_mut(&id).ok_or(DropReason::UnknownReceiver)?;
-        let (slot, session) = peer.sessions.by_index_mut(receiver).ok_or(DropReason::UnknownReceiver)?;
+        let (slot, session) = peer
+            .sessions
+            .by_index_mut(receiver)
+            .ok_or(DropReason::UnknownReceiver)?;
         if session.expired(now) {
             return Err(DropReason::ExpiredSession);
         }
@@ -420,7 +449,10 @@ impl Interface {
         if self.allowed_ips.lookup(header.src) != Some(id) {
             return Err(DropReason::AllowedIpsMismatch);
         }
-        Ok(Received::Packet { peer: id, range: DATA_HEADER_LEN..DATA_HEADER_LEN + header.total_len })
+        Ok(Received::Packet {
+            peer: id,
+            range: DATA_HEADER_LEN..DATA_HEADER_LEN + header.total_len,
+        })
     }
 
     /// The initiator sent on the session we answered: it becomes current (key confirmation).
@@ -466,9 +498,18 @@ impl Interface {
         })
     }
 
-    fn send_inner(&mut self, now: Instant, wall: SystemTime, packet: &[u8], out: &mut [u8]) -> Result<Sent, DropReason> {
+    fn send_inner(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        packet: &[u8],
+        out: &mut [u8],
+    ) -> Result<Sent, DropReason> {
         let header = packet::parse(packet).ok_or(DropReason::OutgoingMalformed)?;
-        let id = self.allowed_ips.lookup(header.dst).ok_or(DropReason::NoRoute)?;
+        let id = self
+            .allowed_ips
+            .lookup(header.dst)
+            .ok_or(DropReason::NoRoute)?;
         let peer = self.peers.get(&id).ok_or(DropReason::NoRoute)?;
         let to = peer.endpoint.ok_or(DropReason::NoEndpoint)?;
         if !peer.has_session(now) {
@@ -491,19 +532,31 @@ impl Interface {
 
     /// Seals `packet` (empty for a keepalive) on the current session and runs the send-side
     /// timer events. The caller has checked that the session can send.
-    fn seal_for(&mut self, id: PeerId, now: Instant, wall: SystemTime, packet: &[u8], out: &mut [u8]) -> Result<usize, DropReason> {
+    fn seal_for(
+        &mut self,
+        id: PeerId,
+        now: Instant,
+        wall: SystemTime,
+        packet: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, DropReason> {
         let padded = padded_len(packet.len(), self.mtu);
         if out.len() < DATA_HEADER_LEN + padded + crate::crypto::TAG_LEN {
             return Err(DropReason::BufferTooSmall);
         }
         let jitter = self.jitter();
         let peer = self.peers.get_mut(&id).expect("peer exists");
-        let session = peer.sessions.current.as_mut().expect("caller checked the session");
+        let session = peer
+            .sessions
+            .current
+            .as_mut()
+            .expect("caller checked the session");
         out[DATA_HEADER_LEN..DATA_HEADER_LEN + packet.len()].copy_from_slice(packet);
         out[DATA_HEADER_LEN + packet.len()..DATA_HEADER_LEN + padded].fill(0);
         let len = session.seal(padded, out);
         let rekey = session.send_counter() > REKEY_AFTER_MESSAGES
-            || (session.we_initiated && now.saturating_duration_since(session.born) >= REKEY_AFTER_TIME);
+            || (session.we_initiated
+                && now.saturating_duration_since(session.born) >= REKEY_AFTER_TIME);
         peer.tx_bytes += len as u64;
         peer.timers.any_authenticated_packet_traversal(now);
         peer.timers.any_authenticated_packet_sent();
@@ -518,8 +571,18 @@ impl Interface {
 
     /// Sends what waited for the handshake, or a keepalive to confirm the session.
     fn flush_staged(&mut self, id: PeerId, now: Instant, wall: SystemTime) {
-        let staged: Vec<Vec<u8>> = self.peers.get_mut(&id).expect("peer exists").staged.drain(..).collect();
-        let packets = if staged.is_empty() { vec![Vec::new()] } else { staged };
+        let staged: Vec<Vec<u8>> = self
+            .peers
+            .get_mut(&id)
+            .expect("peer exists")
+            .staged
+            .drain(..)
+            .collect();
+        let packets = if staged.is_empty() {
+            vec![Vec::new()]
+        } else {
+            staged
+        };
         for p in packets {
             self.send_control_data(id, now, wall, &p);
         }
@@ -527,7 +590,9 @@ impl Interface {
 
     /// Seals a packet (or a keepalive, when empty) into the transmit queue.
     fn send_control_data(&mut self, id: PeerId, now: Instant, wall: SystemTime, packet: &[u8]) {
-        let Some(to) = self.peers[&id].endpoint else { return };
+        let Some(to) = self.peers[&id].endpoint else {
+            return;
+        };
         let mut out = vec![0u8; packet.len() + SEND_HEADROOM];
         if let Ok(len) = self.seal_for(id, now, wall, packet, &mut out) {
             out.truncate(len);
@@ -567,14 +632,23 @@ impl Interface {
     /// Starts (or with `retry`, repeats) a handshake with the peer, at most once per
     /// REKEY_TIMEOUT: the per-peer handshake rate limit of the whitepaper.
     fn initiate(&mut self, id: PeerId, now: Instant, wall: SystemTime, retry: bool) {
-        let Some(peer) = self.peers.get_mut(&id) else { return };
+        let Some(peer) = self.peers.get_mut(&id) else {
+            return;
+        };
         if !retry {
             peer.handshake_attempts = 0;
         }
-        if peer.last_handshake_sent.is_some_and(|t| now.saturating_duration_since(t) < REKEY_TIMEOUT) {
+        if peer
+            .last_handshake_sent
+            .is_some_and(|t| now.saturating_duration_since(t) < REKEY_TIMEOUT)
+        {
             return;
         }
-        let (Some(ss), Some(to), true) = (peer.static_static.clone(), peer.endpoint, self.identity.is_some()) else {
+        let (Some(ss), Some(to), true) = (
+            peer.static_static.clone(),
+            peer.endpoint,
+            self.identity.is_some(),
+        ) else {
             return;
         };
         let remote = peer.public_key;
@@ -583,7 +657,14 @@ impl Interface {
         }
         let index = self.fresh_index(id);
         let me = self.identity.as_ref().expect("checked above");
-        let Ok((msg, state)) = handshake::create_initiation(me, &remote, &ss, index, handshake::tai64n(wall), &mut self.rng) else {
+        let Ok((msg, state)) = handshake::create_initiation(
+            me,
+            &remote,
+            &ss,
+            index,
+            handshake::tai64n(wall),
+            &mut self.rng,
+        ) else {
             self.indices.remove(&index);
             return;
         };
@@ -616,7 +697,12 @@ impl Interface {
 
     /// MAC checks common to initiations and responses. Ok(None): go on; Ok(Some(r)): the
     /// message was answered with a cookie.
-    fn check_handshake_macs(&mut self, now: Instant, src: SocketAddr, buf: &[u8]) -> Result<Option<Received>, DropReason> {
+    fn check_handshake_macs(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        buf: &[u8],
+    ) -> Result<Option<Received>, DropReason> {
         self.note_handshake_load(now);
         let under_load = self.under_load(now);
         let checker = self.checker.as_mut().ok_or(DropReason::NoPrivateKey)?;
@@ -638,7 +724,12 @@ impl Interface {
         Ok(None)
     }
 
-    fn receive_initiation(&mut self, now: Instant, src: SocketAddr, buf: &[u8]) -> Result<Received, DropReason> {
+    fn receive_initiation(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        buf: &[u8],
+    ) -> Result<Received, DropReason> {
         if let Some(r) = self.check_handshake_macs(now, src, buf)? {
             return Ok(r);
         }
@@ -651,10 +742,16 @@ impl Interface {
         .map_err(handshake_drop)?;
         let id = self.by_key[&consumed.initiator];
         let peer = self.peers.get_mut(&id).expect("peer exists");
-        if peer.latest_timestamp.is_some_and(|t| consumed.timestamp <= t) {
+        if peer
+            .latest_timestamp
+            .is_some_and(|t| consumed.timestamp <= t)
+        {
             return Err(DropReason::HandshakeReplay);
         }
-        if peer.last_initiation_consumed.is_some_and(|t| now.saturating_duration_since(t) < INITIATION_MIN_INTERVAL) {
+        if peer
+            .last_initiation_consumed
+            .is_some_and(|t| now.saturating_duration_since(t) < INITIATION_MIN_INTERVAL)
+        {
             return Err(DropReason::HandshakeFlood);
         }
         peer.latest_timestamp = Some(consumed.timestamp);
@@ -689,20 +786,33 @@ impl Interface {
         Ok(Received::Handshake(id))
     }
 
-    fn receive_response(&mut self, now: Instant, wall: SystemTime, src: SocketAddr, buf: &[u8]) -> Result<Received, DropReason> {
+    fn receive_response(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        src: SocketAddr,
+        buf: &[u8],
+    ) -> Result<Received, DropReason> {
         if let Some(r) = self.check_handshake_macs(now, src, buf)? {
             return Ok(r);
         }
         let msg = Response::parse(buf.try_into().expect("classified by length"));
-        let id = *self.indices.get(&msg.receiver).ok_or(DropReason::UnexpectedHandshake)?;
+        let id = *self
+            .indices
+            .get(&msg.receiver)
+            .ok_or(DropReason::UnexpectedHandshake)?;
         let me = self.identity.as_ref().ok_or(DropReason::NoPrivateKey)?;
-        let peer = self.peers.get_mut(&id).ok_or(DropReason::UnexpectedHandshake)?;
+        let peer = self
+            .peers
+            .get_mut(&id)
+            .ok_or(DropReason::UnexpectedHandshake)?;
         let state = peer
             .handshake
             .as_ref()
             .filter(|h| h.local_index == msg.receiver)
             .ok_or(DropReason::UnexpectedHandshake)?;
-        let keys = handshake::consume_response(me, state, &peer.preshared_key, &msg).map_err(handshake_drop)?;
+        let keys = handshake::consume_response(me, state, &peer.preshared_key, &msg)
+            .map_err(handshake_drop)?;
         peer.handshake = None;
         peer.endpoint = Some(src);
         peer.rx_bytes += buf.len() as u64;
@@ -734,8 +844,14 @@ impl Interface {
 
     fn receive_cookie_reply(&mut self, now: Instant, buf: &[u8]) -> Result<Received, DropReason> {
         let msg = CookieReply::parse(buf.try_into().expect("classified by length"));
-        let id = *self.indices.get(&msg.receiver).ok_or(DropReason::UnexpectedHandshake)?;
-        let peer = self.peers.get_mut(&id).ok_or(DropReason::UnexpectedHandshake)?;
+        let id = *self
+            .indices
+            .get(&msg.receiver)
+            .ok_or(DropReason::UnexpectedHandshake)?;
+        let peer = self
+            .peers
+            .get_mut(&id)
+            .ok_or(DropReason::UnexpectedHandshake)?;
         if !peer.cookie.consume_reply(&msg, now) {
             return Err(DropReason::UnexpectedHandshake);
         }
@@ -749,7 +865,12 @@ impl Interface {
     pub fn tick(&mut self, now: Instant, wall: SystemTime) {
         let ids: Vec<PeerId> = self.peers.keys().copied().collect();
         for id in ids {
-            let e = self.peers.get_mut(&id).expect("peer exists").timers.expired(now);
+            let e = self
+                .peers
+                .get_mut(&id)
+                .expect("peer exists")
+                .timers
+                .expired(now);
             if !e.any() {
                 continue;
             }
@@ -763,7 +884,11 @@ impl Interface {
                     if let Some(h) = peer.handshake.take() {
                         self.indices.remove(&h.local_index);
                     }
-                    *self.stats.drops.entry(DropReason::StagedOverflow).or_default() += lost;
+                    *self
+                        .stats
+                        .drops
+                        .entry(DropReason::StagedOverflow)
+                        .or_default() += lost;
                 } else {
                     peer.handshake_attempts += 1;
                     self.initiate(id, now, wall, true);
@@ -783,7 +908,9 @@ impl Interface {
 
     /// Sends a keepalive on the current session, or starts a handshake if there is none.
     pub fn send_keepalive(&mut self, id: PeerId, now: Instant, wall: SystemTime) {
-        let Some(peer) = self.peers.get(&id) else { return };
+        let Some(peer) = self.peers.get(&id) else {
+            return;
+        };
         if peer.has_session(now) {
             self.send_control_data(id, now, wall, &[]);
         } else {
@@ -793,12 +920,17 @@ impl Interface {
 
     /// The earliest timer deadline of any peer.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.peers.values().filter_map(|p| p.timers.next_deadline()).min()
+        self.peers
+            .values()
+            .filter_map(|p| p.timers.next_deadline())
+            .min()
     }
 
     /// Erases the peer's sessions and pending handshake.
     fn clear_keys(&mut self, id: PeerId) {
-        let Some(peer) = self.peers.get_mut(&id) else { return };
+        let Some(peer) = self.peers.get_mut(&id) else {
+            return;
+        };
         let mut gone: Vec<u32> = peer.sessions.indices().collect();
         gone.extend(peer.handshake.take().map(|h| h.local_index));
         peer.sessions = Default::default();

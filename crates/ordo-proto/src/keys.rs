@@ -183,7 +183,10 @@ mod tests {
         let h = k.to_hex();
         assert_eq!(PrivateKey::from_hex(&h).unwrap().0, [7u8; 32]);
         assert!(PublicKey::from_base64("short").is_err());
-        assert!(PublicKey::from_hex(&"AB".repeat(32)).is_err(), "upper-case hex is refused");
+        assert!(
+            PublicKey::from_hex(&"AB".repeat(32)).is_err(),
+            "upper-case hex is refused"
+        );
     }
 
     #[test]
@@ -197,11 +200,15 @@ mod tests {
     #[test]
     fn public_key_matches_rfc7748_alice() {
         // RFC 7748 section 6.1: Alice's private and public keys.
-        let sk: [u8; 32] = hex::decode("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
-            .unwrap()
-            .try_into()
-            .unwrap();
+        let sk: [u8; 32] =
+            hex::decode("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
+                .unwrap()
+                .try_into()
+                .unwrap();
         let pk = PrivateKey::from_bytes(sk).public_key();
-        assert_eq!(hex::encode(pk.0), "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a");
+        assert_eq!(
+            hex::encode(pk.0),
+            "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"
+        );
     }
 }

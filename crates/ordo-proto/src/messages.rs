@@ -188,14 +188,36 @@ mod tests {
         let p = Initiation::parse(&b);
         assert_eq!(p.sender, i.sender);
         assert_eq!(p.encrypted_timestamp, i.encrypted_timestamp);
-        let r = Response { sender: 5, receiver: 6, ephemeral: [7; 32], encrypted_nothing: [8; 16] };
+        let r = Response {
+            sender: 5,
+            receiver: 6,
+            ephemeral: [7; 32],
+            encrypted_nothing: [8; 16],
+        };
         let p = Response::parse(&r.write());
         assert_eq!((p.sender, p.receiver, p.encrypted_nothing), (5, 6, [8; 16]));
-        let c = CookieReply { receiver: 9, nonce: [1; 24], encrypted_cookie: [2; 32] };
+        let c = CookieReply {
+            receiver: 9,
+            nonce: [1; 24],
+            encrypted_cookie: [2; 32],
+        };
         let p = CookieReply::parse(&c.write());
-        assert_eq!((p.receiver, p.nonce, p.encrypted_cookie), (9, [1; 24], [2; 32]));
+        assert_eq!(
+            (p.receiver, p.nonce, p.encrypted_cookie),
+            (9, [1; 24], [2; 32])
+        );
         let mut d = [0u8; 16];
-        DataHeader { receiver: 7, counter: u64::MAX - 1 }.write(&mut d);
-        assert_eq!(DataHeader::parse(&d), DataHeader { receiver: 7, counter: u64::MAX - 1 });
+        DataHeader {
+            receiver: 7,
+            counter: u64::MAX - 1,
+        }
+        .write(&mut d);
+        assert_eq!(
+            DataHeader::parse(&d),
+            DataHeader {
+                receiver: 7,
+                counter: u64::MAX - 1
+            }
+        );
     }
 }

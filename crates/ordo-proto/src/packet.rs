@@ -55,7 +55,10 @@ mod tests {
         v4[12..16].copy_from_slice(&[10, 0, 0, 1]);
         v4[16..20].copy_from_slice(&[10, 0, 0, 2]);
         let h = parse(&v4).unwrap();
-        assert_eq!((h.src.to_string(), h.dst.to_string(), h.total_len), ("10.0.0.1".into(), "10.0.0.2".into(), 28));
+        assert_eq!(
+            (h.src.to_string(), h.dst.to_string(), h.total_len),
+            ("10.0.0.1".into(), "10.0.0.2".into(), 28)
+        );
         v4[2..4].copy_from_slice(&29u16.to_be_bytes());
         assert!(parse(&v4).is_none(), "declares more than it carries");
         let mut v6 = [0u8; 48];
@@ -64,7 +67,10 @@ mod tests {
         v6[23] = 1;
         v6[39] = 2;
         let h = parse(&v6).unwrap();
-        assert_eq!((h.src.to_string(), h.dst.to_string(), h.total_len), ("::1".into(), "::2".into(), 48));
+        assert_eq!(
+            (h.src.to_string(), h.dst.to_string(), h.total_len),
+            ("::1".into(), "::2".into(), 48)
+        );
         assert!(parse(&v6[..30]).is_none());
         assert!(parse(&[0x50; 40]).is_none());
         assert!(parse(&[]).is_none());

@@ -43,7 +43,10 @@ impl Sessions {
     }
 
     pub fn indices(&self) -> impl Iterator<Item = u32> + '_ {
-        [&self.previous, &self.current, &self.next].into_iter().flatten().map(|s| s.local_index)
+        [&self.previous, &self.current, &self.next]
+            .into_iter()
+            .flatten()
+            .map(|s| s.local_index)
     }
 }
 
@@ -109,7 +112,10 @@ impl Peer {
 
     /// True when a session can carry data now.
     pub fn has_session(&self, now: Instant) -> bool {
-        self.sessions.current.as_ref().is_some_and(|s| s.can_send(now))
+        self.sessions
+            .current
+            .as_ref()
+            .is_some_and(|s| s.can_send(now))
     }
 
     /// Packets waiting for a handshake.

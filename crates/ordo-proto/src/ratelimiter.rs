@@ -29,13 +29,15 @@ impl RateLimiter {
         let k = key(ip);
         if !self.buckets.contains_key(&k) && self.buckets.len() >= MAX_ENTRIES {
             let horizon = Duration::from_secs_f64(BURST / PER_SECOND);
-            self.buckets.retain(|_, (_, last)| now.saturating_duration_since(*last) < horizon);
+            self.buckets
+                .retain(|_, (_, last)| now.saturating_duration_since(*last) < horizon);
             if self.buckets.len() >= MAX_ENTRIES {
                 return false;
             }
         }
         let (tokens, last) = self.buckets.entry(k).or_insert((BURST, now));
-        *tokens = (*tokens + now.saturating_duration_since(*last).as_secs_f64() * PER_SECOND).min(BURST);
+        *tokens =
+            (*tokens + now.saturating_duration_since(*last).as_secs_f64() * PER_SECOND).min(BURST);
         *last = now;
         if *tokens >= 1.0 {
             *tokens -= 1.0;
@@ -64,7 +66,10 @@ mod tests {
         let t0 = Instant::now();
         let ip: IpAddr = "192.0.2.7".parse().unwrap();
         assert_eq!((0..10).filter(|_| r.allow(ip, t0)).count(), 5);
-        assert!(r.allow(ip, t0 + Duration::from_millis(50)), "one token back after 50 ms");
+        assert!(
+            r.allow(ip, t0 + Duration::from_millis(50)),
+            "one token back after 50 ms"
+        );
         assert!(!r.allow(ip, t0 + Duration::from_millis(50)));
         let a: IpAddr = "2001:db8::1".parse().unwrap();
         let b: IpAddr = "2001:db8::2".parse().unwrap();
@@ -80,6 +85,9 @@ mod tests {
             r.allow(IpAddr::V4(i.into()), t0);
         }
         assert_eq!(r.len(), MAX_ENTRIES);
-        assert!(r.allow(IpAddr::V4(0xffff_ffff.into()), t0 + Duration::from_secs(1)), "stale entries make room");
+        assert!(
+            r.allow(IpAddr::V4(0xffff_ffff.into()), t0 + Duration::from_secs(1)),
+            "stale entries make room"
+        );
     }
 }

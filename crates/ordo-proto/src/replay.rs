@@ -18,7 +18,10 @@ pub struct ReplayWindow {
 
 impl Default for ReplayWindow {
     fn default() -> Self {
-        ReplayWindow { next: 0, ring: [0; BLOCKS] }
+        ReplayWindow {
+            next: 0,
+            ring: [0; BLOCKS],
+        }
     }
 }
 
@@ -65,7 +68,10 @@ mod tests {
         assert!(w.accept(1));
         assert!(!w.accept(1));
         assert!(w.accept(10_000));
-        assert!(w.accept(10_000 - WINDOW + 1), "oldest counter still inside the window");
+        assert!(
+            w.accept(10_000 - WINDOW + 1),
+            "oldest counter still inside the window"
+        );
         assert!(!w.accept(10_000 - WINDOW - 1), "left of the window");
         assert!(!w.accept(REJECT_AFTER_MESSAGES));
         assert!(w.accept(REJECT_AFTER_MESSAGES - 1));

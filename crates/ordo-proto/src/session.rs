@@ -51,8 +51,13 @@ impl Session {
         let counter = self.send_counter;
         self.send_counter += 1;
         let total = DATA_HEADER_LEN + padded_len + TAG_LEN;
-        DataHeader { receiver: self.remote_index, counter }.write(out);
-        self.send.seal_in_place(counter, &[], &mut out[DATA_HEADER_LEN..total]);
+        DataHeader {
+            receiver: self.remote_index,
+            counter,
+        }
+        .write(out);
+        self.send
+            .seal_in_place(counter, &[], &mut out[DATA_HEADER_LEN..total]);
         total
     }
 
@@ -61,7 +66,10 @@ impl Session {
     /// the replay window moves only for authentic packets.
     pub fn open(&mut self, msg: &mut [u8]) -> Result<usize, OpenError> {
         let h = DataHeader::parse(msg);
-        let len = self.recv.open_in_place(h.counter, &[], &mut msg[DATA_HEADER_LEN..]).ok_or(OpenError::Decrypt)?;
+        let len = self
+            .recv
+            .open_in_place(h.counter, &[], &mut msg[DATA_HEADER_LEN..])
+            .ok_or(OpenError::Decrypt)?;
         if !self.replay.accept(h.counter) {
             return Err(OpenError::Replay);
         }

@@ -18,8 +18,7 @@ pub const MAX_HANDSHAKE_ATTEMPTS: u32 = 18;
 pub const INITIATION_MIN_INTERVAL: Duration = Duration::from_millis(20);
 /// The receiving side of a session initiates a rekey when its key is this old and still used,
 /// so that the key is fresh before REJECT_AFTER_TIME.
-pub const REKEY_ON_RECEIVE_AGE: Duration =
-    Duration::from_secs(180 - 10 - 5); // REJECT_AFTER_TIME - KEEPALIVE_TIMEOUT - REKEY_TIMEOUT
+pub const REKEY_ON_RECEIVE_AGE: Duration = Duration::from_secs(180 - 10 - 5); // REJECT_AFTER_TIME - KEEPALIVE_TIMEOUT - REKEY_TIMEOUT
 /// Up to a third of a second of jitter on handshake timers, so peers do not synchronise.
 pub const MAX_JITTER_MS: u64 = 333;
 
@@ -124,7 +123,10 @@ impl Timers {
     /// Disarms every timer (the peer is removed, or the interface goes down).
     pub fn stop_all(&mut self) {
         let interval = self.persistent_interval;
-        *self = Timers { persistent_interval: interval, ..Default::default() };
+        *self = Timers {
+            persistent_interval: interval,
+            ..Default::default()
+        };
     }
 
     /// The earliest armed deadline, so a driver knows when to call [`Self::expired`] next.
@@ -176,7 +178,9 @@ mod tests {
         let t0 = Instant::now();
         let mut t = Timers::default();
         t.data_received(t0);
-        assert!(!t.expired(t0 + KEEPALIVE_TIMEOUT - Duration::from_millis(1)).any());
+        assert!(!t
+            .expired(t0 + KEEPALIVE_TIMEOUT - Duration::from_millis(1))
+            .any());
         assert!(t.expired(t0 + KEEPALIVE_TIMEOUT).send_keepalive);
         t.data_received(t0);
         t.any_authenticated_packet_sent();
@@ -201,7 +205,10 @@ mod tests {
         let t0 = Instant::now();
         let mut t = Timers::default();
         t.set_persistent_interval(t0, Duration::from_secs(25));
-        assert!(t.expired(t0).persistent_keepalive, "fires at once when configured");
+        assert!(
+            t.expired(t0).persistent_keepalive,
+            "fires at once when configured"
+        );
         t.any_authenticated_packet_traversal(t0);
         assert!(!t.expired(t0 + Duration::from_secs(24)).any());
         assert!(t.expired(t0 + Duration::from_secs(25)).persistent_keepalive);

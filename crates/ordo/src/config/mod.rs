@@ -1,0 +1,3 @@
+//! Configuration files: the wg-quick format.
+
+pub mod wgquick;

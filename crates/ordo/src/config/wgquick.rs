@@ -1,0 +1,387 @@
+//! The wg-quick configuration format: an [Interface] section and [Peer] sections of
+//! `Key = Value` lines. Every error names the file, the line and what is wrong.
+
+use ipnet::IpNet;
+use ordo_proto::{PresharedKey, PrivateKey, PublicKey};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file.display(), self.message)
+        } else {
+            write!(f, "{}:{}: {}", self.file.display(), self.line, self.message)
+        }
+    }
+}
+impl std::error::Error for ConfigError {}
+
+/// Where routes for the allowed IPs go (`Table =`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Table {
+    /// The main table (or, for a default route, wg-quick's fwmark policy routing).
+    #[default]
+    Auto,
+    Off,
+    Id(u32),
+}
+
+#[derive(Debug, Default)]
+pub struct InterfaceSection {
+    pub private_key: Option<PrivateKey>,
+    pub listen_port: Option<u16>,
+    pub fwmark: Option<u32>,
+    pub addresses: Vec<IpNet>,
+    pub mtu: Option<u32>,
+    pub table: Table,
+    pub pre_up: Vec<String>,
+    pub post_up: Vec<String>,
+    pub pre_down: Vec<String>,
+    pub post_down: Vec<String>,
+    /// Keys wg-quick knows that Ordo accepts but does not act on (DNS, SaveConfig).
+    pub ignored: Vec<(usize, String)>,
+}
+
+#[derive(Debug)]
+pub struct PeerSection {
+    pub line: usize,
+    pub public_key: PublicKey,
+    pub preshared_key: Option<PresharedKey>,
+    pub allowed_ips: Vec<IpNet>,
+    /// As written: host or address, and port. Resolved when the interface comes up.
+    pub endpoint: Option<(String, u16)>,
+    pub persistent_keepalive: Option<u16>,
+}
+
+#[derive(Debug, Default)]
+pub struct WgQuickConfig {
+    pub interface: InterfaceSection,
+    pub peers: Vec<PeerSection>,
+}
+
+/// Splits `host:port`, `[v6]:port`; the host may be a name.
+pub fn parse_endpoint(v: &str) -> Option<(String, u16)> {
+    let (host, port) = if let Some(rest) = v.strip_prefix('[') {
+        let (h, p) = rest.split_once("]:")?;
+        (h, p)
+    } else {
+        let (h, p) = v.rsplit_once(':')?;
+        if h.contains(':') {
+            return None; // a bare IPv6 address needs brackets
+        }
+        (h, p)
+    };
+    if host.is_empty() {
+        return None;
+    }
+    Some((host.to_string(), port.parse().ok()?))
+}
+
+enum Section {
+    None,
+    Interface,
+    Peer,
+}
+
+struct PeerBuilder {
+    line: usize,
+    public_key: Option<PublicKey>,
+    preshared_key: Option<PresharedKey>,
+    allowed_ips: Vec<IpNet>,
+    endpoint: Option<(String, u16)>,
+    persistent_keepalive: Option<u16>,
+}
+
+/// Parses the text of a wg-quick file; `file` is only used in error messages.
+pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
+    let err = |line: usize, message: String| ConfigError {
+        file: file.to_path_buf(),
+        line,
+        message,
+    };
+    let mut cfg = WgQuickConfig::default();
+    let mut section = Section::None;
+    let mut seen_interface = false;
+    let mut peer: Option<PeerBuilder> = None;
+    let finish = |p: PeerBuilder, cfg: &mut WgQuickConfig| -> Result<(), ConfigError> {
+        let public_key = p
+            .public_key
+            .ok_or_else(|| err(p.line, "[Peer] has no PublicKey".into()))?;
+        if cfg.peers.iter().any(|q| q.public_key == public_key) {
+            return Err(err(p.line, format!("peer {public_key} appears twice")));
+        }
+        cfg.peers.push(PeerSection {
+            line: p.line,
+            public_key,
+            preshared_key: p.preshared_key,
+            allowed_ips: p.allowed_ips,
+            endpoint: p.endpoint,
+            persistent_keepalive: p.persistent_keepalive,
+        });
+        Ok(())
+    };
+
+    for (i, raw) in text.lines().enumerate() {
+        let n = i + 1;
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line.starts_with('[') {
+            if let Some(p) = peer.take() {
+                finish(p, &mut cfg)?;
+            }
+            match line.to_ascii_lowercase().as_str() {
+                "[interface]" => {
+                    if seen_interface {
+                        return Err(err(n, "a second [Interface] section".into()));
+                    }
+                    seen_interface = true;
+                    section = Section::Interface;
+                }
+                "[peer]" => {
+                    section = Section::Peer;
+                    peer = Some(PeerBuilder {
+                        line: n,
+                        public_key: None,
+                        preshared_key: None,
+                        allowed_ips: vec![],
+                        endpoint: None,
+                        persistent_keepalive: None,
+                    });
+                }
+                _ => {
+                    return Err(err(
+                        n,
+                        format!("unknown section {line}; expected [Interface] or [Peer]"),
+                    ))
+                }
+            }
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .ok_or_else(|| err(n, format!("expected Key = Value, found {line:?}")))?;
+        let (key, value) = (key.trim(), value.trim());
+        let lower = key.to_ascii_lowercase();
+        let list = |v: &str| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        let prefixes = |v: &str| -> Result<Vec<IpNet>, ConfigError> {
+            list(v)
+                .iter()
+                .map(|s| {
+                    s.parse::<IpNet>()
+                        .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+                        .map_err(|_| err(n, format!("{key}: {s:?} is not an IP address or prefix")))
+                })
+                .collect()
+        };
+        match section {
+            Section::None => {
+                return Err(err(
+                    n,
+                    format!("{key} appears before any [Interface] or [Peer] section"),
+                ))
+            }
+            Section::Interface => {
+                let iface = &mut cfg.interface;
+                match lower.as_str() {
+                    "privatekey" => {
+                        iface.private_key = Some(
+                            PrivateKey::from_base64(value)
+                                .map_err(|e| err(n, format!("PrivateKey: {e}")))?,
+                        )
+                    }
+                    "listenport" => {
+                        iface.listen_port = Some(value.parse().map_err(|_| {
+                            err(n, format!("ListenPort: {value:?} is not a port (0-65535)"))
+                        })?)
+                    }
+                    "fwmark" => {
+                        iface.fwmark = Some(if value == "off" {
+                            0
+                        } else if let Some(h) = value.strip_prefix("0x") {
+                            u32::from_str_radix(h, 16)
+                                .map_err(|_| err(n, format!("FwMark: {value:?} is not a number")))?
+                        } else {
+                            value
+                                .parse()
+                                .map_err(|_| err(n, format!("FwMark: {value:?} is not a number")))?
+                        })
+                    }
+                    "address" => iface.addresses.extend(prefixes(value)?),
+                    "mtu" => {
+                        let m: u32 = value
+                            .parse()
+                            .map_err(|_| err(n, format!("MTU: {value:?} is not a number")))?;
+                        if !(576..=65535).contains(&m) {
+                            return Err(err(n, format!("MTU: {m} is outside 576..65535")));
+                        }
+                        iface.mtu = Some(m)
+                    }
+                    "table" => {
+                        iface.table = match value {
+                            "off" => Table::Off,
+                            "auto" | "main" => Table::Auto,
+                            v => Table::Id(v.parse().map_err(|_| {
+                                err(
+                                    n,
+                                    format!("Table: {v:?} is not off, auto or a table number"),
+                                )
+                            })?),
+                        }
+                    }
+                    "preup" => iface.pre_up.push(value.to_string()),
+                    "postup" => iface.post_up.push(value.to_string()),
+                    "predown" => iface.pre_down.push(value.to_string()),
+                    "postdown" => iface.post_down.push(value.to_string()),
+                    "dns" | "saveconfig" => iface.ignored.push((n, key.to_string())),
+                    _ => return Err(err(n, format!("unknown [Interface] key {key:?}"))),
+                }
+            }
+            Section::Peer => {
+                let p = peer.as_mut().expect("in a peer section");
+                match lower.as_str() {
+                    "publickey" => {
+                        p.public_key = Some(
+                            PublicKey::from_base64(value)
+                                .map_err(|e| err(n, format!("PublicKey: {e}")))?,
+                        )
+                    }
+                    "presharedkey" => {
+                        p.preshared_key = Some(
+                            PresharedKey::from_base64(value)
+                                .map_err(|e| err(n, format!("PresharedKey: {e}")))?,
+                        )
+                    }
+                    "allowedips" => p.allowed_ips.extend(prefixes(value)?),
+                    "endpoint" => {
+                        p.endpoint = Some(parse_endpoint(value).ok_or_else(|| {
+                            err(
+                                n,
+                                format!("Endpoint: {value:?} is not host:port or [IPv6]:port"),
+                            )
+                        })?)
+                    }
+                    "persistentkeepalive" => {
+                        p.persistent_keepalive = Some(if value == "off" {
+                            0
+                        } else {
+                            value.parse().map_err(|_| err(n, format!("PersistentKeepalive: {value:?} is not off or 0-65535 seconds")))?
+                        })
+                    }
+                    _ => return Err(err(n, format!("unknown [Peer] key {key:?}"))),
+                }
+            }
+        }
+    }
+    if let Some(p) = peer.take() {
+        finish(p, &mut cfg)?;
+    }
+    if !seen_interface {
+        return Err(err(0, "no [Interface] section".into()));
+    }
+    if cfg.interface.private_key.is_none() {
+        return Err(err(0, "[Interface] has no PrivateKey".into()));
+    }
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRIV: &str = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=";
+    const PUB: &str = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=";
+
+    fn p(text: &str) -> Result<WgQuickConfig, ConfigError> {
+        parse(text, Path::new("/etc/wireguard/wg0.conf"))
+    }
+
+    #[test]
+    fn parses_every_key() {
+        let c = p(&format!(
+            "# comment\n[Interface]\nPrivateKey = {PRIV}\nListenPort = 51820\nFwMark = 0x10\n\
+             Address = 10.0.0.1/24, fd00::1/64\nMTU = 1400\nTable = off\nPostUp = echo %i # wg-quick strips this too\nDNS = 1.1.1.1\n\
+             [Peer]\nPublicKey = {PUB}\nPresharedKey = {PRIV}\nAllowedIPs = 10.0.0.2/32, fd00::2\n\
+             Endpoint = vpn.example.com:51820\nPersistentKeepalive = 25\n"
+        ))
+        .unwrap();
+        let i = &c.interface;
+        assert_eq!(
+            (i.listen_port, i.fwmark, i.mtu, i.table),
+            (Some(51820), Some(16), Some(1400), Table::Off)
+        );
+        assert_eq!(i.addresses.len(), 2);
+        assert_eq!(i.post_up, vec!["echo %i".to_string()]);
+        assert_eq!(i.ignored.len(), 1);
+        let peer = &c.peers[0];
+        assert_eq!(
+            peer.allowed_ips,
+            vec![
+                "10.0.0.2/32".parse::<IpNet>().unwrap(),
+                "fd00::2/128".parse().unwrap()
+            ]
+        );
+        assert_eq!(peer.endpoint, Some(("vpn.example.com".into(), 51820)));
+        assert_eq!(peer.persistent_keepalive, Some(25));
+    }
+
+    #[test]
+    fn errors_name_file_line_and_reason() {
+        let e = p(&format!(
+            "[Interface]\nPrivateKey = {PRIV}\nListenPort = 99999\n"
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/etc/wireguard/wg0.conf:3: ListenPort: \"99999\" is not a port (0-65535)"
+        );
+        let e = p(&format!(
+            "[Interface]\nPrivateKey = {PRIV}\n[Peer]\nAllowedIPs = 10.0.0.0/8\n"
+        ))
+        .unwrap_err();
+        assert_eq!((e.line, e.message.as_str()), (3, "[Peer] has no PublicKey"));
+        let e = p("[Interface]\nPrivateKey = nope\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        let e = p(&format!("[Interface]\nPrivateKey = {PRIV}\nBogus = 1\n")).unwrap_err();
+        assert!(e.message.contains("Bogus"));
+        let e = p(&format!(
+            "[Interface]\nPrivateKey = {PRIV}\n[Peer]\nPublicKey = {PUB}\nEndpoint = ::1:5\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.line, 5);
+        assert!(p("[Interface]\n")
+            .unwrap_err()
+            .message
+            .contains("PrivateKey"));
+        assert!(p("ListenPort = 1\n")
+            .unwrap_err()
+            .message
+            .contains("before any"));
+    }
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(
+            parse_endpoint("[fd00::1]:51820"),
+            Some(("fd00::1".into(), 51820))
+        );
+        assert_eq!(parse_endpoint("1.2.3.4:1"), Some(("1.2.3.4".into(), 1)));
+        assert_eq!(parse_endpoint("host"), None);
+        assert_eq!(parse_endpoint(":1"), None);
+    }
+}

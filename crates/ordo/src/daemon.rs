@@ -1,0 +1,133 @@
+//! Running as the xplatform interface demands: `ordo IFNAME` creates the interface, detaches
+//! into the background and returns only once the UAPI socket answers; `ordo -f IFNAME` stays
+//! in the foreground. Privileges are dropped once the interface and sockets exist.
+
+use crate::device::Device;
+use crate::uapi;
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+/// Set in the environment of the detached child: it reports readiness on stdout.
+const READY_ENV: &str = "ORDO_REPORT_READY";
+/// Where the detached daemon writes its log (default: nowhere).
+pub const LOG_ENV: &str = "ORDO_LOG";
+
+/// Starts the daemon for `ifname` in the background and waits until it is ready.
+pub fn spawn_detached(ifname: &str, keep_privileges: bool) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the ordo executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--foreground");
+    if keep_privileges {
+        cmd.arg("--keep-privileges");
+    }
+    cmd.arg(ifname)
+        .env(READY_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    // SAFETY: setsid() is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("cannot start the ordo daemon")?;
+    let stdout = child.stdout.take().expect("piped");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    if line.trim() == "ready" {
+        return Ok(());
+    }
+    let status = child.wait()?;
+    bail!("the ordo daemon for {ifname} failed to start ({status})")
+}
+
+/// Tells the parent waiting in [`spawn_detached`] that we are up, then lets go of the
+/// terminal: stdout and stderr move to $ORDO_LOG, or /dev/null.
+fn report_ready() -> Result<()> {
+    if std::env::var_os(READY_ENV).is_none() {
+        return Ok(());
+    }
+    let mut out = std::io::stdout();
+    out.write_all(b"ready\n")?;
+    out.flush()?;
+    let log = std::env::var(LOG_ENV).unwrap_or_else(|_| "/dev/null".into());
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .with_context(|| format!("cannot open log {log}"))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: dup2 on valid descriptors; f stays open until after the calls.
+    unsafe {
+        libc::dup2(f.as_raw_fd(), 1);
+        libc::dup2(f.as_raw_fd(), 2);
+    }
+    Ok(())
+}
+
+/// Keeps only what a running interface needs: CAP_NET_ADMIN (fwmark) and
+/// CAP_NET_BIND_SERVICE (a listen port below 1024 set later through the UAPI). Everything
+/// else leaves the bounding, permitted, effective and inheritable sets, and no exec can
+/// regain it. Capabilities are per thread, so this runs before any thread is started.
+pub fn drop_privileges() -> Result<()> {
+    use caps::{CapSet, Capability, CapsHashSet};
+    let keep: CapsHashSet = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_BIND_SERVICE]
+        .into_iter()
+        .collect();
+    for c in caps::all() {
+        if !keep.contains(&c) {
+            caps::drop(None, CapSet::Bounding, c)
+                .with_context(|| format!("dropping {c} from the bounding set"))?;
+        }
+    }
+    caps::set(None, CapSet::Inheritable, &CapsHashSet::new())?;
+    caps::set(None, CapSet::Effective, &keep)?;
+    caps::set(None, CapSet::Permitted, &keep)?;
+    // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1) only sets a flag on this process.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        bail!(
+            "prctl(PR_SET_NO_NEW_PRIVS): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+/// Runs the interface until it is deleted, its socket removed, or a signal arrives.
+pub fn run(ifname: &str, keep_privileges: bool) -> Result<()> {
+    let device =
+        Device::create(ifname).with_context(|| format!("cannot create interface {ifname}"))?;
+    let (listener, path) = uapi::listen(ifname)
+        .with_context(|| format!("cannot create the UAPI socket for {ifname}"))?;
+    *device.uapi_path.lock().unwrap() = Some(path.clone());
+    if !keep_privileges {
+        drop_privileges()
+            .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
+    }
+    device.start();
+    let d = device.clone();
+    std::thread::Builder::new()
+        .name("ordo-uapi-listen".into())
+        .spawn(move || uapi::serve(d, listener))?;
+    let d = device.clone();
+    let mut signals =
+        signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+    std::thread::Builder::new()
+        .name("ordo-signals".into())
+        .spawn(move || {
+            if let Some(s) = signals.forever().next() {
+                d.shutdown(&format!("signal {s}"));
+            }
+        })?;
+    eprintln!(
+        "ordo[{ifname}]: up, listening on UDP port {}",
+        device.listen_port()
+    );
+    report_ready()?;
+    device.wait();
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! The outer UDP sockets: one IPv4 and one IPv6 socket on the same port, as the kernel
+//! implementation and wireguard-go use, so each family works even where the other is off.
+
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+
+/// Socket buffers asked for; the kernel caps them at net.core.[rw]mem_max unless forced.
+const SOCKET_BUFFER: usize = 4 << 20;
+
+pub struct Sockets {
+    pub v4: UdpSocket,
+    pub v6: Option<UdpSocket>,
+    pub port: u16,
+}
+
+fn open(domain: Domain, addr: SocketAddr, fwmark: u32) -> io::Result<UdpSocket> {
+    let s = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
+    if domain == Domain::IPV6 {
+        s.set_only_v6(true)?;
+    }
+    // Larger buffers absorb bursts; failure only costs throughput.
+    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    if fwmark != 0 {
+        s.set_mark(fwmark)?;
+    }
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
+impl Sockets {
+    /// Binds both families on `port` (0: any free port, the same for both).
+    pub fn bind(port: u16, fwmark: u32) -> io::Result<Sockets> {
+        let mut last_err = None;
+        for _ in 0..16 {
+            let v4 = open(Domain::IPV4, (Ipv4Addr::UNSPECIFIED, port).into(), fwmark)?;
+            let bound = v4.local_addr()?.port();
+            match open(Domain::IPV6, (Ipv6Addr::UNSPECIFIED, bound).into(), fwmark) {
+                Ok(v6) => {
+                    return Ok(Sockets {
+                        v4,
+                        v6: Some(v6),
+                        port: bound,
+                    })
+                }
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && port == 0 => last_err = Some(e),
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL)
+                    ) =>
+                {
+                    return Ok(Sockets {
+                        v4,
+                        v6: None,
+                        port: bound,
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrInUse)))
+    }
+
+    /// Sends on the socket of the destination's family.
+    pub fn send_to(&self, payload: &[u8], to: SocketAddr) -> io::Result<usize> {
+        match to {
+            SocketAddr::V4(_) => self.v4.send_to(payload, to),
+            SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
+                Some(v4) => self
+                    .v4
+                    .send_to(payload, SocketAddr::new(v4.into(), a.port())),
+                None => match &self.v6 {
+                    Some(s) => s.send_to(payload, to),
+                    None => Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
+                },
+            },
+        }
+    }
+
+    pub fn set_fwmark(&self, mark: u32) -> io::Result<()> {
+        for s in std::iter::once(&self.v4).chain(self.v6.as_ref()) {
+            socket2::SockRef::from(s).set_mark(mark)?;
+        }
+        Ok(())
+    }
+
+    /// Wakes the threads blocked in receive so they can notice the sockets were replaced.
+    pub fn shutdown(&self) {
+        for s in std::iter::once(&self.v4).chain(self.v6.as_ref()) {
+            let _ = socket2::SockRef::from(s).shutdown(std::net::Shutdown::Read);
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The `ordo` command.
+//!
+//! ```text
+//! ordo [-f|--foreground] [--keep-privileges] IFNAME   # userspace WireGuard, as wg-quick expects
+//! ordo up CONFIG|NAME                                  # wg-quick up, with Ordo
+//! ordo down CONFIG|NAME                                # wg-quick down
+//! ordo show [IFNAME] [--json]                          # wg show, plus Ordo's counters
+//! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
+//! ```
+
+mod config;
+mod daemon;
+mod device;
+mod netconf;
+mod quick;
+mod show;
+mod uapi;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::io::Read;
+
+#[derive(Parser)]
+#[command(
+    name = "ordo",
+    version,
+    about = "A user-space, multi-core, WireGuard-compatible VPN data plane"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Bring up an interface from a wg-quick file (NAME means /etc/wireguard/NAME.conf).
+    Up {
+        config: String,
+        /// Keep every capability instead of dropping to CAP_NET_ADMIN/CAP_NET_BIND_SERVICE.
+        #[arg(long)]
+        keep_privileges: bool,
+    },
+    /// Take down an interface brought up with `ordo up`.
+    Down { config: String },
+    /// Show interfaces as `wg show` does, with Ordo's counters.
+    Show {
+        ifname: Option<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a new private key (base64).
+    Genkey,
+    /// Read a private key on stdin, print its public key.
+    Pubkey,
+}
+
+/// The xplatform form: `ordo [-f|--foreground] [--keep-privileges] IFNAME`.
+fn xplatform(args: &[String]) -> Option<Result<()>> {
+    let mut foreground = false;
+    let mut keep = false;
+    let mut name = None;
+    for a in args {
+        match a.as_str() {
+            "-f" | "--foreground" => foreground = true,
+            "--keep-privileges" => keep = true,
+            s if !s.starts_with('-') && name.is_none() => name = Some(s.to_string()),
+            _ => return None,
+        }
+    }
+    let name = name?;
+    if ["up", "down", "show", "genkey", "pubkey", "help"].contains(&name.as_str()) {
+        return None;
+    }
+    Some(if foreground {
+        daemon::run(&name, keep)
+    } else {
+        daemon::spawn_detached(&name, keep)
+    })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match xplatform(&args) {
+        Some(r) => r,
+        None => run(Cli::parse()),
+    };
+    if let Err(e) = result {
+        eprintln!("ordo: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Up {
+            config,
+            keep_privileges,
+        } => quick::up(&config, keep_privileges),
+        Command::Down { config } => quick::down(&config),
+        Command::Show { ifname, json } => {
+            let names = match ifname {
+                Some(n) => vec![n],
+                None => uapi::client::list_interfaces(),
+            };
+            let shows = names
+                .iter()
+                .map(|n| show::fetch(n))
+                .collect::<Result<Vec<_>>>()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&shows)?);
+            } else {
+                let texts: Vec<String> = shows.iter().map(show::render).collect();
+                print!("{}", texts.join("\n"));
+            }
+            Ok(())
+        }
+        Command::Genkey => {
+            let k = ordo_proto::PrivateKey::generate(&mut rand_core::OsRng);
+            println!("{}", k.to_base64().as_str());
+            Ok(())
+        }
+        Command::Pubkey => {
+            let mut s = zeroize::Zeroizing::new(String::new());
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("reading stdin")?;
+            let Ok(k) = ordo_proto::PrivateKey::from_base64(s.trim()) else {
+                bail!("stdin is not a base64 private key")
+            };
+            println!("{}", k.public_key().to_base64());
+            Ok(())
+        }
+    }
+}

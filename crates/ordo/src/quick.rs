@@ -1,0 +1,206 @@
+//! `ordo up` and `ordo down`: wg-quick's behaviour, with Ordo as the implementation. The
+//! interface is started as `ordo IFNAME` would start it and then configured over its UAPI
+//! socket, the same path `wg setconf` takes, so there is one way to configure a device.
+
+use crate::config::wgquick::{self, Table, WgQuickConfig};
+use crate::daemon;
+use crate::netconf::Netlink;
+use crate::uapi::client;
+use anyhow::{bail, Context, Result};
+use std::fmt::Write;
+use std::net::ToSocketAddrs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The table and fwmark wg-quick uses for a default route when none is set.
+const DEFAULT_ROUTE_TABLE: u32 = 51820;
+
+/// `NAME` means /etc/wireguard/NAME.conf; anything with a slash or ending in .conf is a path.
+/// The interface is named after the file, as wg-quick does.
+pub fn resolve(arg: &str) -> Result<(PathBuf, String)> {
+    let path = if arg.contains('/') || arg.ends_with(".conf") {
+        PathBuf::from(arg)
+    } else {
+        PathBuf::from(format!("/etc/wireguard/{arg}.conf"))
+    };
+    let name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .filter(|n| !n.is_empty() && n.len() < 16 && n.chars().all(|c| c.is_ascii_alphanumeric() || "_=+.-".contains(c)))
+        .with_context(|| format!("{}: the file name must be a valid interface name (1-15 of a-z A-Z 0-9 _=+.-) followed by .conf", path.display()))?;
+    Ok((path.clone(), name.to_string()))
+}
+
+pub fn load(path: &Path) -> Result<WgQuickConfig> {
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if meta.permissions().mode() & 0o044 != 0 {
+        eprintln!(
+            "warning: {} is readable by group or others and holds a private key; chmod 600 it",
+            path.display()
+        );
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let cfg = wgquick::parse(&text, path)?;
+    for (line, key) in &cfg.interface.ignored {
+        eprintln!(
+            "warning: {}:{line}: {key} is not handled by ordo and is ignored",
+            path.display()
+        );
+    }
+    Ok(cfg)
+}
+
+fn run_hooks(hooks: &[String], ifname: &str) -> Result<()> {
+    for h in hooks {
+        let cmd = h.replace("%i", ifname);
+        eprintln!("[#] {cmd}");
+        let status = Command::new("bash")
+            .arg("-c")
+            .arg(&cmd)
+            .status()
+            .context("running a hook")?;
+        if !status.success() {
+            bail!("hook failed ({status}): {cmd}");
+        }
+    }
+    Ok(())
+}
+
+/// The UAPI `set` request that configures the interface as the file says.
+fn set_request(cfg: &WgQuickConfig, fwmark: Option<u32>) -> Result<String> {
+    let i = &cfg.interface;
+    let mut s = String::from("set=1\n");
+    if let Some(k) = &i.private_key {
+        let _ = writeln!(s, "private_key={}", k.to_hex().as_str());
+    }
+    if let Some(p) = i.listen_port {
+        let _ = writeln!(s, "listen_port={p}");
+    }
+    if let Some(m) = fwmark {
+        let _ = writeln!(s, "fwmark={m}");
+    }
+    s.push_str("replace_peers=true\n");
+    for p in &cfg.peers {
+        let _ = writeln!(s, "public_key={}", p.public_key.to_hex());
+        if let Some(psk) = &p.preshared_key {
+            let _ = writeln!(s, "preshared_key={}", psk.to_hex().as_str());
+        }
+        if let Some((host, port)) = &p.endpoint {
+            let addr = (host.as_str(), *port)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .with_context(|| format!("line {}: cannot resolve endpoint {host}", p.line))?;
+            let _ = writeln!(s, "endpoint={addr}");
+        }
+        if let Some(k) = p.persistent_keepalive {
+            let _ = writeln!(s, "persistent_keepalive_interval={k}");
+        }
+        s.push_str("replace_allowed_ips=true\n");
+        for a in &p.allowed_ips {
+            let _ = writeln!(s, "allowed_ip={a}");
+        }
+    }
+    s.push('\n');
+    Ok(s)
+}
+
+pub fn up(arg: &str, keep_privileges: bool) -> Result<()> {
+    let (path, ifname) = resolve(arg)?;
+    let cfg = load(&path)?;
+    if client::list_interfaces().contains(&ifname) {
+        bail!("{ifname} is already up");
+    }
+    run_hooks(&cfg.interface.pre_up, &ifname)?;
+    daemon::spawn_detached(&ifname, keep_privileges)?;
+    let result = configure(&cfg, &ifname);
+    if result.is_err() {
+        // Leave nothing half-configured behind.
+        if let Ok(nl) = Netlink::open() {
+            if let Ok(idx) = nl.link_index(&ifname) {
+                let _ = nl.delete_link(idx);
+            }
+        }
+    }
+    result
+}
+
+fn configure(cfg: &WgQuickConfig, ifname: &str) -> Result<()> {
+    let i = &cfg.interface;
+    let default_route = i.table == Table::Auto
+        && cfg
+            .peers
+            .iter()
+            .flat_map(|p| &p.allowed_ips)
+            .any(|n| n.prefix_len() == 0);
+    // A default route through the tunnel needs the outer packets marked (wg-quick does the same).
+    let fwmark = match (i.fwmark, default_route) {
+        (Some(m), _) if m != 0 => Some(m),
+        (_, true) => Some(DEFAULT_ROUTE_TABLE),
+        (m, false) => m,
+    };
+    client::request(ifname, &set_request(cfg, fwmark)?)
+        .with_context(|| format!("configuring {ifname}"))?;
+    let nl = Netlink::open()?;
+    let idx = nl.link_index(ifname)?;
+    for a in &i.addresses {
+        nl.add_address(idx, *a)?;
+    }
+    nl.set_mtu_and_up(idx, i.mtu.unwrap_or(1420))?;
+    let table = match i.table {
+        Table::Off => None,
+        Table::Auto => Some(254),
+        Table::Id(t) => Some(t),
+    };
+    if let Some(table) = table {
+        let mut nets: Vec<_> = cfg
+            .peers
+            .iter()
+            .flat_map(|p| p.allowed_ips.iter().copied())
+            .collect();
+        nets.sort_by_key(|n| std::cmp::Reverse(n.prefix_len()));
+        for net in nets {
+            if default_route && net.prefix_len() == 0 {
+                let mark = fwmark.expect("set for a default route");
+                nl.add_route(idx, net, mark)?;
+                nl.add_default_route_rules(net.addr().is_ipv6(), mark, mark)?;
+                if net.addr().is_ipv4() {
+                    let _ = std::fs::write("/proc/sys/net/ipv4/conf/all/src_valid_mark", "1");
+                }
+            } else {
+                nl.add_route(idx, net, table)?;
+            }
+        }
+    }
+    run_hooks(&i.post_up, ifname)?;
+    Ok(())
+}
+
+pub fn down(arg: &str) -> Result<()> {
+    let (path, ifname) = resolve(arg)?;
+    let cfg = load(&path)?;
+    run_hooks(&cfg.interface.pre_down, &ifname)?;
+    let nl = Netlink::open()?;
+    let idx = nl
+        .link_index(&ifname)
+        .with_context(|| format!("{ifname} is not up"))?;
+    let mark = cfg
+        .interface
+        .fwmark
+        .filter(|m| *m != 0)
+        .unwrap_or(DEFAULT_ROUTE_TABLE);
+    nl.delete_default_route_rules(mark)?;
+    nl.delete_link(idx)?;
+    // The daemon notices the interface is gone and exits; its socket goes with it.
+    for _ in 0..50 {
+        if !crate::uapi::socket_path(&ifname).exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    run_hooks(&cfg.interface.post_down, &ifname)?;
+    Ok(())
+}

@@ -1,0 +1,212 @@
+//! `ordo show`: what `wg show` prints, plus Ordo's own counters, or all of it as JSON.
+
+use crate::uapi::client;
+use anyhow::Result;
+use ordo_proto::PublicKey;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(Serialize, Default)]
+pub struct PeerShow {
+    pub public_key: String,
+    pub preshared_key: bool,
+    pub endpoint: Option<String>,
+    pub allowed_ips: Vec<String>,
+    /// Seconds since the Unix epoch; 0 if never.
+    pub latest_handshake: u64,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    pub persistent_keepalive: u64,
+}
+
+#[derive(Serialize, Default)]
+pub struct InterfaceShow {
+    pub name: String,
+    pub public_key: Option<String>,
+    pub listen_port: u16,
+    pub fwmark: u32,
+    pub peers: Vec<PeerShow>,
+    /// Ordo's counters: drops by reason and handshake figures.
+    pub counters: BTreeMap<String, u64>,
+}
+
+pub fn fetch(ifname: &str) -> Result<InterfaceShow> {
+    let pairs = client::request(ifname, "ordo_get=1\n\n")?;
+    let mut s = InterfaceShow {
+        name: ifname.to_string(),
+        ..Default::default()
+    };
+    for (k, v) in pairs {
+        let num = || v.parse::<u64>().unwrap_or(0);
+        match (k.as_str(), s.peers.last_mut()) {
+            ("private_key", _) => {
+                s.public_key = ordo_proto::PrivateKey::from_hex(&v)
+                    .ok()
+                    .map(|k| k.public_key().to_base64());
+            }
+            ("listen_port", _) => s.listen_port = num() as u16,
+            ("fwmark", None) => s.fwmark = num() as u32,
+            ("public_key", _) => s.peers.push(PeerShow {
+                public_key: PublicKey::from_hex(&v)
+                    .map(|k| k.to_base64())
+                    .unwrap_or(v.clone()),
+                ..Default::default()
+            }),
+            (k, _) if k.starts_with("ordo_") => {
+                s.counters.insert(k["ordo_".len()..].to_string(), num());
+            }
+            (_, Some(p)) => match k.as_str() {
+                "preshared_key" => p.preshared_key = true,
+                "endpoint" => p.endpoint = Some(v),
+                "allowed_ip" => p.allowed_ips.push(v),
+                "last_handshake_time_sec" => p.latest_handshake = num(),
+                "rx_bytes" => p.rx_bytes = num(),
+                "tx_bytes" => p.tx_bytes = num(),
+                "persistent_keepalive_interval" => p.persistent_keepalive = num(),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    Ok(s)
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+fn ago(epoch_secs: u64) -> String {
+    let then = UNIX_EPOCH + Duration::from_secs(epoch_secs);
+    let secs = SystemTime::now()
+        .duration_since(then)
+        .unwrap_or_default()
+        .as_secs();
+    let parts: Vec<String> = [
+        (secs / 86400, "day"),
+        (secs / 3600 % 24, "hour"),
+        (secs / 60 % 60, "minute"),
+        (secs % 60, "second"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, unit)| format!("{n} {unit}{}", if n == 1 { "" } else { "s" }))
+    .collect();
+    if parts.is_empty() {
+        "Now".into()
+    } else {
+        format!("{} ago", parts.join(", "))
+    }
+}
+
+pub fn render(s: &InterfaceShow) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "interface: {}", s.name);
+    if let Some(k) = &s.public_key {
+        let _ = writeln!(o, "  public key: {k}\n  private key: (hidden)");
+    }
+    let _ = writeln!(o, "  listening port: {}", s.listen_port);
+    if s.fwmark != 0 {
+        let _ = writeln!(o, "  fwmark: 0x{:x}", s.fwmark);
+    }
+    for p in &s.peers {
+        let _ = writeln!(o, "\npeer: {}", p.public_key);
+        if p.preshared_key {
+            let _ = writeln!(o, "  preshared key: (hidden)");
+        }
+        if let Some(e) = &p.endpoint {
+            let _ = writeln!(o, "  endpoint: {e}");
+        }
+        let ips = if p.allowed_ips.is_empty() {
+            "(none)".to_string()
+        } else {
+            p.allowed_ips.join(", ")
+        };
+        let _ = writeln!(o, "  allowed ips: {ips}");
+        if p.latest_handshake != 0 {
+            let _ = writeln!(o, "  latest handshake: {}", ago(p.latest_handshake));
+        }
+        if p.rx_bytes + p.tx_bytes > 0 {
+            let _ = writeln!(
+                o,
+                "  transfer: {} received, {} sent",
+                bytes(p.rx_bytes),
+                bytes(p.tx_bytes)
+            );
+        }
+        if p.persistent_keepalive != 0 {
+            let _ = writeln!(
+                o,
+                "  persistent keepalive: every {} seconds",
+                p.persistent_keepalive
+            );
+        }
+    }
+    let _ = writeln!(o, "\nordo:");
+    for (k, v) in &s.counters {
+        if !k.starts_with("drop_") {
+            let _ = writeln!(o, "  {}: {v}", k.replace('_', " "));
+        }
+    }
+    let drops: Vec<String> = s
+        .counters
+        .iter()
+        .filter(|(k, v)| k.starts_with("drop_") && **v > 0)
+        .map(|(k, v)| format!("{}={v}", &k["drop_".len()..]))
+        .collect();
+    let _ = writeln!(
+        o,
+        "  drops: {}",
+        if drops.is_empty() {
+            "none".to_string()
+        } else {
+            drops.join(" ")
+        }
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_units() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.50 KiB");
+        assert_eq!(bytes(3 << 30), "3.00 GiB");
+    }
+
+    #[test]
+    fn render_lists_drops_by_reason() {
+        let mut s = InterfaceShow {
+            name: "wg0".into(),
+            listen_port: 1,
+            ..Default::default()
+        };
+        s.counters.insert("drop_replay".into(), 3);
+        s.counters.insert("drop_bad_mac1".into(), 0);
+        s.peers.push(PeerShow {
+            public_key: "k".into(),
+            allowed_ips: vec!["10.0.0.2/32".into()],
+            rx_bytes: 2048,
+            tx_bytes: 1,
+            ..Default::default()
+        });
+        let r = render(&s);
+        assert!(r.contains("drops: replay=3\n"), "{r}");
+        assert!(r.contains("transfer: 2.00 KiB received, 1 B sent"), "{r}");
+    }
+}

@@ -1,0 +1,264 @@
+//! The UAPI socket, /var/run/wireguard/IFNAME.sock, through which `wg` configures and reads
+//! the interface exactly as it does wireguard-go's.
+
+pub mod client;
+pub mod protocol;
+
+use crate::device::Device;
+use ordo_proto::DropReason;
+use protocol::{AllowedIpChange, DeviceView, Operation, PeerView, SetPlan, UapiError};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub const SOCKET_DIR: &str = "/var/run/wireguard";
+/// Longest line accepted; a key line is at most ~100 bytes.
+const MAX_LINE: usize = 4096;
+/// Most lines one request may carry (a setconf of 10,000 peers is about 100,000 lines).
+const MAX_LINES: usize = 4_000_000;
+
+pub fn socket_path(ifname: &str) -> PathBuf {
+    Path::new(SOCKET_DIR).join(format!("{ifname}.sock"))
+}
+
+/// Binds the socket (mode 0600 in a 0755 directory), replacing a stale one.
+pub fn listen(ifname: &str) -> io::Result<(UnixListener, PathBuf)> {
+    std::fs::create_dir_all(SOCKET_DIR)?;
+    let path = socket_path(ifname);
+    if path.exists() {
+        if UnixStream::connect(&path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{} is in use by another process", path.display()),
+            ));
+        }
+        std::fs::remove_file(&path)?;
+    }
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok((listener, path))
+}
+
+/// Serves connections until the device stops.
+pub fn serve(device: Arc<Device>, listener: UnixListener) {
+    for conn in listener.incoming() {
+        if device.stopped() {
+            return;
+        }
+        let Ok(conn) = conn else { continue };
+        let d = device.clone();
+        std::thread::Builder::new()
+            .name("ordo-uapi".into())
+            .spawn(move || {
+                let _ = handle_connection(&d, conn);
+            })
+            .ok();
+    }
+}
+
+fn read_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<Option<String>> {
+    buf.clear();
+    let n = io::Read::take(&mut *r, MAX_LINE as u64 + 1).read_until(b'\n', buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() != Some(&b'\n') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "line too long or unterminated",
+        ));
+    }
+    buf.pop();
+    String::from_utf8(std::mem::take(buf))
+        .map(Some)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
+}
+
+/// Handles requests on one connection until it closes. wg sends one request per connection;
+/// others may send several.
+fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut out = conn;
+    let mut buf = Vec::new();
+    loop {
+        let Some(first) = read_line(&mut reader, &mut buf)? else {
+            return Ok(());
+        };
+        let op = match protocol::parse_operation(&first) {
+            Some(op) => op,
+            None => {
+                out.write_all(format!("errno=-{}\n\n", protocol::EINVAL).as_bytes())?;
+                return Ok(());
+            }
+        };
+        let mut lines = Vec::new();
+        loop {
+            match read_line(&mut reader, &mut buf)? {
+                None => return Ok(()), // closed mid-request: apply nothing
+                Some(l) if l.is_empty() => break,
+                Some(l) => {
+                    if lines.len() >= MAX_LINES {
+                        out.write_all(format!("errno=-{}\n\n", protocol::EINVAL).as_bytes())?;
+                        return Ok(());
+                    }
+                    lines.push(l)
+                }
+            }
+        }
+        let reply = match op {
+            Operation::Get | Operation::OrdoGet if !lines.is_empty() => {
+                format!("errno=-{}\n\n", protocol::EINVAL)
+            }
+            Operation::Get => format!("{}errno=0\n\n", protocol::format_get(&view(device))),
+            Operation::OrdoGet => format!(
+                "{}{}errno=0\n\n",
+                protocol::format_get(&view(device)),
+                ordo_counters(device)
+            ),
+            Operation::Set => match protocol::parse_set(lines.iter().map(String::as_str))
+                .and_then(|p| apply(device, p))
+            {
+                Ok(()) => "errno=0\n\n".to_string(),
+                Err(e) => {
+                    eprintln!("ordo[{}]: UAPI set refused: {}", device.name, e.message);
+                    format!("errno=-{}\n\n", e.errno)
+                }
+            },
+        };
+        out.write_all(reply.as_bytes())?;
+    }
+}
+
+fn view(device: &Device) -> DeviceView {
+    let core = device.core();
+    DeviceView {
+        private_key: core.private_key().cloned(),
+        listen_port: device.listen_port(),
+        fwmark: device.fwmark(),
+        peers: core
+            .peers()
+            .map(|(id, p)| PeerView {
+                public_key: p.public_key,
+                preshared_key: p.preshared_key().clone(),
+                endpoint: p.endpoint,
+                last_handshake: p.last_handshake,
+                tx_bytes: p.tx_bytes,
+                rx_bytes: p.rx_bytes,
+                persistent_keepalive: p.persistent_keepalive,
+                allowed_ips: core.allowed_ips().prefixes_of(id),
+            })
+            .collect(),
+    }
+}
+
+/// Ordo's own counters, as extra `ordo_*` lines that only `ordo show` asks for.
+fn ordo_counters(device: &Device) -> String {
+    use std::fmt::Write;
+    let core = device.core();
+    let mut s = String::new();
+    for r in DropReason::ALL {
+        let _ = writeln!(s, "ordo_drop_{}={}", r.name(), core.stats.dropped(r));
+    }
+    let _ = writeln!(
+        s,
+        "ordo_drop_tun_write_error={}",
+        device.io.tun_write_errors.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        s,
+        "ordo_drop_udp_send_error={}",
+        device.io.udp_send_errors.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        s,
+        "ordo_handshakes_initiated={}",
+        core.stats.handshakes_initiated
+    );
+    let _ = writeln!(
+        s,
+        "ordo_handshakes_completed={}",
+        core.stats.handshakes_completed
+    );
+    let _ = writeln!(
+        s,
+        "ordo_cookie_replies_sent={}",
+        core.stats.cookie_replies_sent
+    );
+    let _ = writeln!(
+        s,
+        "ordo_cookie_replies_accepted={}",
+        core.stats.cookie_replies_accepted
+    );
+    let _ = writeln!(
+        s,
+        "ordo_under_load={}",
+        core.under_load(Instant::now()) as u8
+    );
+    let _ = writeln!(s, "ordo_mtu={}", core.mtu());
+    let _ = writeln!(s, "ordo_uptime_sec={}", device.uptime().as_secs());
+    s
+}
+
+/// Applies a parsed plan. Socket changes come first, because they are the only part that
+/// can fail after parsing; if they fail, nothing else is applied.
+pub fn apply(device: &Arc<Device>, plan: SetPlan) -> Result<(), UapiError> {
+    if let Some(mark) = plan.fwmark {
+        device
+            .set_fwmark(mark)
+            .map_err(|e| UapiError::new(protocol::EIO, format!("fwmark: {e}")))?;
+    }
+    if let Some(port) = plan.listen_port {
+        device.set_listen_port(port).map_err(|e| {
+            UapiError::new(protocol::EADDRINUSE, format!("listen_port {port}: {e}"))
+        })?;
+    }
+    let now = Instant::now();
+    let mut core = device.core();
+    if let Some(key) = plan.private_key {
+        core.set_private_key(key);
+    }
+    if plan.replace_peers {
+        core.remove_all_peers();
+    }
+    for p in plan.peers {
+        let existing = core.peer_id(&p.public_key);
+        if p.remove {
+            if let Some(id) = existing {
+                core.remove_peer(id);
+            }
+            continue;
+        }
+        if p.update_only && existing.is_none() {
+            continue;
+        }
+        // Our own public key as a peer is ignored, as the kernel does.
+        let Some(id) = existing.or_else(|| core.add_peer(p.public_key)) else {
+            continue;
+        };
+        if let Some(psk) = p.preshared_key {
+            core.set_preshared_key(id, psk);
+        }
+        if let Some(e) = p.endpoint {
+            core.set_endpoint(id, e);
+        }
+        if p.replace_allowed_ips {
+            core.clear_allowed_ips(id);
+        }
+        for change in p.allowed_ips {
+            match change {
+                AllowedIpChange::Add(net) => core.add_allowed_ip(id, net),
+                AllowedIpChange::Remove(net) => {
+                    core.remove_allowed_ip(id, net);
+                }
+            }
+        }
+        if let Some(k) = p.persistent_keepalive {
+            core.set_persistent_keepalive(id, k, now);
+        }
+    }
+    Ok(())
+}
