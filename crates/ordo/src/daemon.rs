@@ -13,6 +13,9 @@ use std::process::{Command, Stdio};
 const READY_ENV: &str = "ORDO_REPORT_READY";
 /// Where the detached daemon writes its log (default: nowhere).
 pub const LOG_ENV: &str = "ORDO_LOG";
+/// Test hook: behave as under load from the start, so the cookie exchange can be tested
+/// without generating a real handshake flood.
+const UNDER_LOAD_ENV: &str = "ORDO_TEST_UNDER_LOAD";
 
 /// Starts the daemon for `ifname` in the background and waits until it is ready.
 pub fn spawn_detached(ifname: &str, keep_privileges: bool) -> Result<()> {
@@ -100,6 +103,10 @@ pub fn drop_privileges() -> Result<()> {
 pub fn run(ifname: &str, keep_privileges: bool) -> Result<()> {
     let device =
         Device::create(ifname).with_context(|| format!("cannot create interface {ifname}"))?;
+    if std::env::var_os(UNDER_LOAD_ENV).is_some() {
+        eprintln!("ordo[{ifname}]: {UNDER_LOAD_ENV} is set: every handshake without a valid mac2 gets a cookie reply");
+        device.core().force_under_load = true;
+    }
     let (listener, path) = uapi::listen(ifname)
         .with_context(|| format!("cannot create the UAPI socket for {ifname}"))?;
     *device.uapi_path.lock().unwrap() = Some(path.clone());
@@ -122,11 +129,11 @@ pub fn run(ifname: &str, keep_privileges: bool) -> Result<()> {
                 d.shutdown(&format!("signal {s}"));
             }
         })?;
+    report_ready()?;
     eprintln!(
         "ordo[{ifname}]: up, listening on UDP port {}",
         device.listen_port()
     );
-    report_ready()?;
     device.wait();
     let _ = std::fs::remove_file(&path);
     Ok(())

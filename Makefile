@@ -1,0 +1,42 @@
+# Ordo: the two commands of the README, and the pieces they are made of.
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.PHONY: all build demo test lint unit interop interop-quick bench clean
+
+all: build
+
+build:
+	$(CARGO) build --release --locked
+
+## make demo: two namespaces, an Ordo tunnel, ping and a 10-second iperf3, figures, cleanup.
+demo: build
+	tests/install-deps.sh --no-peers
+	scripts/demo.sh
+
+## make test: formatting, lints, unit tests, and the interop suite against real peers.
+test: lint unit interop
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets --locked -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --locked
+
+interop: build
+	tests/install-deps.sh
+	tests/interop/interop.sh
+
+# The suite without the ~130 s rekey test.
+interop-quick: build
+	tests/install-deps.sh
+	tests/interop/interop.sh --quick
+
+## make bench: end-to-end throughput against wireguard-go and boringtun, same run.
+bench: build
+	tests/install-deps.sh
+	scripts/bench-e2e.sh
+
+clean:
+	$(CARGO) clean

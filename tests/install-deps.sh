@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what the interop suite and the demo need, on a fresh Debian 12 machine as root.
+# Peers are pinned: wireguard-go by Go pseudo-version, boringtun-cli 0.7.1.
+set -euo pipefail
+
+WIREGUARD_GO_VERSION="v0.0.0-20260522210424-ecfc5a8d5446"
+BORINGTUN_VERSION="0.7.1"
+
+need_apt=()
+for pair in wg:wireguard-tools iperf3:iperf3 ping:iputils-ping tcpdump:tcpdump ip:iproute2 python3:python3; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
+done
+if ((${#need_apt[@]})); then
+    echo "install-deps: apt-get install ${need_apt[*]}"
+    apt-get update -qq
+    # --no-install-recommends: wireguard-tools would otherwise pull in a kernel image.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+GOBIN_DIR="$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
+if [[ "${1:-}" != "--no-peers" ]]; then
+    if ! [[ -x "$GOBIN_DIR/wireguard" ]] || ! grep -q "$WIREGUARD_GO_VERSION" <(go version -m "$GOBIN_DIR/wireguard" 2>/dev/null); then
+        echo "install-deps: go install golang.zx2c4.com/wireguard@$WIREGUARD_GO_VERSION"
+        go install "golang.zx2c4.com/wireguard@$WIREGUARD_GO_VERSION"
+    fi
+    if ! boringtun-cli --version 2>/dev/null | grep -q "$BORINGTUN_VERSION"; then
+        echo "install-deps: cargo install boringtun-cli $BORINGTUN_VERSION"
+        cargo install -q boringtun-cli --version "$BORINGTUN_VERSION" --locked
+    fi
+fi

@@ -1,0 +1,317 @@
+#!/usr/bin/env bash
+# The interop suite: Ordo against wireguard-go, boringtun and itself, in network namespaces,
+# with real traffic. Run as root after `cargo build --release`:
+#
+#   tests/interop/interop.sh [--quick] [TEST...]
+#
+# --quick skips the ~130 s rekey test. Prints one line per test and ends with
+# "interop: N passed, N failed".
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+
+QUICK=0
+SELECTED=()
+for a in "$@"; do
+    case "$a" in
+        --quick) QUICK=1 ;;
+        *) SELECTED+=("$a") ;;
+    esac
+done
+
+PASSED=0
+FAILED=0
+FAILED_NAMES=()
+trap teardown EXIT
+
+fail() { log "    FAIL: $*"; return 1; }
+
+# ping_ok NS ADDR [COUNT] [DEADLINE]: every one of COUNT echo requests answered in time.
+ping_ok() { ip netns exec "$1" ping -q -c "${3:-3}" -i 0.2 -w "${4:-10}" "$2" >/dev/null; }
+
+run_test() {
+    local name=$1
+    shift
+    if ((${#SELECTED[@]})) && ! printf '%s\n' "${SELECTED[@]}" | grep -qx "${name%%[*}"; then
+        return
+    fi
+    local start=$SECONDS rc
+    # Not inside `if`: bash ignores `set -e` in a subshell that is an if condition.
+    ( set -e; "$@" )
+    rc=$?
+    if ((rc == 0)); then
+        PASSED=$((PASSED + 1))
+        printf 'ok    %-40s %3ds\n' "$name" $((SECONDS - start))
+    else
+        FAILED=$((FAILED + 1))
+        FAILED_NAMES+=("$name")
+        printf 'FAIL  %-40s %3ds   (logs: %s)\n' "$name" $((SECONDS - start)) "$LOGDIR"
+    fi
+    teardown
+}
+
+# ---- the tests; A runs Ordo, B runs the peer under test -----------------------------------
+
+# Ordo starts the handshake; IPv4 and IPv6 cross in both directions.
+t_ordo_initiates() {
+    tunnel ordo "$1"
+    ping_ok "$NS_A" "$IN_B" || fail "IPv4 ping A->B"
+    ping_ok "$NS_A" "$IN6_B" || fail "IPv6 ping A->B"
+    ping_ok "$NS_B" "$IN_A" || fail "IPv4 ping B->A"
+    ping_ok "$NS_B" "$IN6_A" || fail "IPv6 ping B->A"
+    [[ $(ordo_counter "$IF_A" handshakes_initiated) -ge 1 ]] || fail "Ordo did not initiate"
+    [[ $(dump_field "$IF_A" handshake) -gt 0 ]] || fail "no handshake time in wg show"
+}
+
+# The peer starts the handshake; Ordo only responds.
+t_peer_initiates() {
+    tunnel ordo "$1"
+    ping_ok "$NS_B" "$IN_A" || fail "IPv4 ping B->A"
+    ping_ok "$NS_B" "$IN6_A" || fail "IPv6 ping B->A"
+    ping_ok "$NS_A" "$IN_B" || fail "IPv4 ping A->B"
+    [[ $(ordo_counter "$IF_A" handshakes_initiated) -eq 0 ]] || fail "Ordo initiated although the peer did"
+    [[ $(ordo_counter "$IF_A" handshakes_completed) -ge 1 ]] || fail "no completed handshake"
+}
+
+# iperf3_bytes NS_CLIENT SERVER_ADDR [-R]: a 5-second TCP transfer; prints the bytes the
+# receiving side got.
+iperf3_bytes() {
+    local out
+    ip netns exec "$NS_B" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
+    local srv=$!
+    for _ in $(seq 50); do
+        ip netns exec "$NS_B" ss -ltn | grep -q ':5201 ' && break
+        sleep 0.1
+    done
+    out=$(ip netns exec "$1" iperf3 -c "$2" -p 5201 -t 5 -J "${@:3}") || { kill $srv 2>/dev/null; return 1; }
+    wait $srv 2>/dev/null
+    echo "$out" | python3 -c "import json,sys; print(int(json.load(sys.stdin)['end']['sum_received']['bytes']))"
+}
+
+# check_counted PEER WHAT PAYLOAD SENDER_DELTA RECEIVER_DELTA: each end counted at least the
+# payload and at most payload plus overhead and retransmissions; ends that count the same
+# thing (UDP payloads: Ordo, wireguard-go) agree within 2%. boringtun counts decrypted inner
+# packets instead, and loses packets above its ~0.5 Gbit/s, so only the bounds apply to it.
+check_counted() {
+    python3 - "$@" <<'EOF'
+import sys
+peer, what = sys.argv[1:3]
+payload, sent, received = map(int, sys.argv[3:])
+bounded = all(payload <= c <= payload * 1.4 + 2_000_000 for c in (sent, received))
+agree = peer == "boringtun" or abs(sent - received) <= 0.02 * sent
+ok = bounded and agree
+print(f"    {what}: payload {payload} B, sender counted {sent} B, receiver counted {received} B", file=sys.stderr)
+sys.exit(0 if ok else 1)
+EOF
+}
+
+# A 5-second TCP transfer each way; the bytes match the transfer counters on both sides.
+t_iperf3() {
+    tunnel ordo "$1"
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    local tx0 rx0 ptx0 prx0 n
+    tx0=$(dump_field "$IF_A" tx); prx0=$(dump_field "$IF_B" rx)
+    n=$(iperf3_bytes "$NS_A" "$IN_B") || fail "iperf3 A->B"
+    check_counted "$1" "A->B" "$n" $(($(dump_field "$IF_A" tx) - tx0)) $(($(dump_field "$IF_B" rx) - prx0)) || fail "A->B counters"
+    rx0=$(dump_field "$IF_A" rx); ptx0=$(dump_field "$IF_B" tx)
+    n=$(iperf3_bytes "$NS_A" "$IN_B" -R) || fail "iperf3 B->A"
+    check_counted "$1" "B->A" "$n" $(($(dump_field "$IF_B" tx) - ptx0)) $(($(dump_field "$IF_A" rx) - rx0)) || fail "B->A counters"
+}
+
+# A shared pre-shared key works; a mismatched one never completes a handshake.
+t_psk() {
+    local psk=$LOGDIR/psk other=$LOGDIR/psk-other
+    (umask 077; "$ORDO" genkey >"$psk"; "$ORDO" genkey >"$other")
+    tunnel ordo "$1" preshared-key "$psk"
+    ping_ok "$NS_A" "$IN_B" || fail "ping with a shared psk"
+    wg show "$IF_A" preshared-keys | grep -q "$(cat "$psk")" || fail "psk not shown by wg"
+    # Each test runs in a subshell, so these do not leak into the next one.
+    EXTRA_A=(preshared-key "$psk")
+    EXTRA_B=(preshared-key "$other")
+    tunnel ordo "$1"
+    ! ip netns exec "$NS_A" ping -q -c 1 -w 3 "$IN_B" >/dev/null || fail "ping crossed with mismatched psks"
+    [[ $(ordo_counter "$IF_A" handshakes_completed) -eq 0 ]] || fail "a handshake completed with mismatched psks"
+}
+
+# move_outer NS DEV OLD NEW: the host changes its outer IPv4 address.
+move_outer() {
+    # Without promote_secondaries, deleting the old (primary) address deletes the new one too.
+    ip netns exec "$1" sysctl -qw "net.ipv4.conf.$2.promote_secondaries=1"
+    ip -n "$1" addr add "$4/24" dev "$2"
+    ip -n "$1" addr del "$3/24" dev "$2"
+}
+
+# Either side changes its outer address; the other follows it and traffic resumes.
+t_roaming() {
+    tunnel ordo "$1"
+    ping_ok "$NS_A" "$IN_B" || fail "initial ping"
+    move_outer "$NS_B" veth-b "$OUT_B" 10.77.0.3
+    ping_ok "$NS_B" "$IN_A" || fail "ping from the peer's new address"
+    [[ $(dump_field "$IF_A" endpoint) == "10.77.0.3:$PORT_B" ]] || fail "Ordo did not follow the peer: $(dump_field "$IF_A" endpoint)"
+    ping_ok "$NS_A" "$IN_B" || fail "ping to the peer's new address"
+    move_outer "$NS_A" veth-a "$OUT_A" 10.77.0.4
+    ping_ok "$NS_A" "$IN_B" || fail "ping from Ordo's new address"
+    [[ $(dump_field "$IF_B" endpoint) == "10.77.0.4:$PORT_A" ]] || fail "the peer did not follow Ordo: $(dump_field "$IF_B" endpoint)"
+    ping_ok "$NS_B" "$IN_A" || fail "ping to Ordo's new address"
+}
+
+# Persistent keepalives (every second) appear on the wire: 32-byte UDP payloads from Ordo.
+t_keepalive() {
+    tunnel ordo "$1"
+    ip netns exec "$NS_A" wg set "$IF_A" peer "$PUB_B" persistent-keepalive 1
+    [[ $(dump_field "$IF_A" keepalive) == 1 ]] || fail "wg show does not report the interval"
+    # udp[4:2] is the UDP length: 8 + 32 for a keepalive. Three of them, within 6 seconds.
+    timeout 6 ip netns exec "$NS_B" tcpdump -i veth-b -n -c 3 "udp and src host $OUT_A and udp[4:2] = 40" \
+        >"$LOGDIR/keepalive.pcap.txt" 2>&1 || fail "fewer than 3 keepalives in 6 s: $(cat "$LOGDIR/keepalive.pcap.txt")"
+}
+
+# With traffic flowing, the session is rekeyed after REKEY_AFTER_TIME and no packet is lost.
+t_rekey() {
+    tunnel ordo "$1"
+    ping_ok "$NS_A" "$IN_B" || fail "initial ping"
+    local first
+    first=$(dump_field "$IF_A" handshake)
+    ip netns exec "$NS_A" ping -q -i 0.5 -c 270 -W 2 "$IN_B" >"$LOGDIR/rekey-ping.txt" || fail "packets lost across the rekey: $(tail -2 "$LOGDIR/rekey-ping.txt")"
+    local second
+    second=$(dump_field "$IF_A" handshake)
+    ((second >= first + 110)) || fail "no rekey: handshake at $first, then $second"
+    [[ $(ordo_counter "$IF_A" handshakes_completed) -ge 2 ]] || fail "fewer than 2 handshakes"
+}
+
+# Ordo under load answers with a cookie; the peer retries with mac2 and the handshake completes.
+t_cookie() {
+    make_hosts
+    KEY_A=$(genkey); KEY_B=$(genkey); PUB_A=$(pubkey "$KEY_A"); PUB_B=$(pubkey "$KEY_B")
+    start_impl ordo-underload "$NS_A" "$IF_A"
+    start_impl "$1" "$NS_B" "$IF_B"
+    configure "$NS_A" "$IF_A" "$KEY_A" "$PORT_A" "$PUB_B" "" "$IN_B/32,$IN6_B/128"
+    configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "$OUT_A:$PORT_A" "$IN_A/32,$IN6_A/128"
+    inner_addresses "$NS_A" "$IF_A" "$IN_A" "$IN6_A"
+    inner_addresses "$NS_B" "$IF_B" "$IN_B" "$IN6_B"
+    # The first initiation gets a cookie; the retry after REKEY_TIMEOUT (5 s) carries mac2.
+    ping_ok "$NS_B" "$IN_A" 1 15 || fail "no connectivity after the cookie exchange"
+    [[ $(ordo_counter "$IF_A" cookie_replies_sent) -ge 1 ]] || fail "Ordo sent no cookie reply"
+    [[ $(ordo_counter "$IF_A" handshakes_completed) -ge 1 ]] || fail "no handshake completed"
+}
+
+# Malformed datagrams are dropped and counted by reason, one count each.
+t_bad_input() {
+    tunnel ordo ordo
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    ip netns exec "$NS_B" python3 - "$OUT_A" "$PORT_A" <<'EOF'
+import socket, sys, os
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+dst = (sys.argv[1], int(sys.argv[2]))
+for _ in range(5): s.sendto(b"\x09\x00\x00\x00garbage", dst)                  # unknown type
+for _ in range(4): s.sendto(b"\x04\x00\x00\x00" + os.urandom(60), dst)         # unknown receiver
+for _ in range(3): s.sendto(b"\x01\x00\x00\x00" + os.urandom(144), dst)        # bad mac1
+EOF
+    # The datagrams are on the wire once sendto returns; wait (bounded) until all are counted.
+    local m r b
+    for _ in $(seq 50); do
+        m=$(ordo_counter "$IF_A" drop_malformed); r=$(ordo_counter "$IF_A" drop_unknown_receiver); b=$(ordo_counter "$IF_A" drop_bad_mac1)
+        [[ "$m $r $b" == "5 4 3" ]] && break
+        sleep 0.1
+    done
+    [[ "$m $r $b" == "5 4 3" ]] || fail "drops malformed/unknown_receiver/bad_mac1 = $m/$r/$b, want 5/4/3"
+    ping_ok "$NS_A" "$IN_B" || fail "tunnel broken by bad input"
+}
+
+# wg setconf / showconf / syncconf, and wg-quick with WG_QUICK_USERSPACE_IMPLEMENTATION=ordo
+# on one side against `ordo up` on the other.
+t_config() {
+    make_hosts
+    KEY_A=$(genkey); KEY_B=$(genkey); PUB_A=$(pubkey "$KEY_A"); PUB_B=$(pubkey "$KEY_B")
+    local extra
+    extra=$(genkey | "$ORDO" pubkey)
+    local dir=$LOGDIR/conf
+    mkdir -p "$dir" && chmod 700 "$dir"
+    (umask 077
+    cat >"$dir/$IF_A.conf" <<EOF
+[Interface]
+PrivateKey = $KEY_A
+ListenPort = $PORT_A
+Address = $IN_A/24, $IN6_A/64
+PostUp = touch $dir/postup-%i
+
+[Peer]
+PublicKey = $PUB_B
+Endpoint = $OUT_B:$PORT_B
+AllowedIPs = $IN_B/32, $IN6_B/128
+EOF
+    cat >"$dir/$IF_B.conf" <<EOF
+[Interface]
+PrivateKey = $KEY_B
+ListenPort = $PORT_B
+Address = $IN_B/24, $IN6_B/64
+
+[Peer]
+PublicKey = $PUB_A
+Endpoint = $OUT_A:$PORT_A
+AllowedIPs = $IN_A/32, $IN6_A/128
+
+[Peer]
+PublicKey = $extra
+AllowedIPs = 10.99.0.50/32
+EOF
+    )
+    ORDO_LOG=$LOGDIR/up.log ip netns exec "$NS_A" "$ORDO" up "$dir/$IF_A.conf" || fail "ordo up"
+    [[ -e "$dir/postup-$IF_A" ]] || fail "PostUp did not run with %i expanded"
+    ip netns exec "$NS_B" env WG_QUICK_USERSPACE_IMPLEMENTATION="$ORDO" ORDO_LOG="$LOGDIR/wgquick.log" \
+        wg-quick up "$dir/$IF_B.conf" >"$LOGDIR/wg-quick-up.txt" 2>&1 || fail "wg-quick up: $(cat "$LOGDIR/wg-quick-up.txt")"
+    ping_ok "$NS_A" "$IN_B" || fail "ping over ordo up / wg-quick"
+    ping_ok "$NS_B" "$IN6_A" || fail "IPv6 ping over ordo up / wg-quick"
+    # showconf returns what setconf was given.
+    wg showconf "$IF_B" >"$dir/shown.conf"
+    grep -q "PublicKey = $extra" "$dir/shown.conf" || fail "showconf lacks the second peer"
+    # syncconf with the second peer removed drops it and keeps the first (and its session).
+    printf '[Interface]\nPrivateKey = %s\nListenPort = %s\n\n[Peer]\nPublicKey = %s\nEndpoint = %s\nAllowedIPs = %s\n' \
+        "$KEY_B" "$PORT_B" "$PUB_A" "$OUT_A:$PORT_A" "$IN_A/32, $IN6_A/128" >"$dir/sync.conf"
+    wg syncconf "$IF_B" "$dir/sync.conf" || fail "wg syncconf"
+    [[ $(wg show "$IF_B" peers | wc -l) -eq 1 ]] || fail "syncconf left $(wg show "$IF_B" peers | wc -l) peers"
+    ping_ok "$NS_B" "$IN_A" || fail "ping after syncconf"
+    # A bad request is refused with the protocol's errno and changes nothing.
+    ! wg set "$IF_B" listen-port 1 peer "$PUB_A" allowed-ips 300.1.1.1/32 2>/dev/null || fail "bad allowed-ip accepted"
+    [[ $(wg show "$IF_B" listen-port) == "$PORT_B" ]] || fail "a refused request changed the port"
+    ip netns exec "$NS_B" wg-quick down "$dir/$IF_B.conf" >/dev/null 2>&1 || fail "wg-quick down"
+    ip netns exec "$NS_A" "$ORDO" down "$dir/$IF_A.conf" || fail "ordo down"
+    ! ip -n "$NS_A" link show "$IF_A" >/dev/null 2>&1 || fail "interface still there after ordo down"
+    [[ ! -e /var/run/wireguard/$IF_A.sock && ! -e /var/run/wireguard/$IF_B.sock ]] || fail "UAPI sockets left behind"
+    # A config error names the file, the line and the reason.
+    printf '[Interface]\nPrivateKey = %s\nListenPort = 70000\n' "$KEY_A" >"$dir/bad.conf"
+    chmod 600 "$dir/bad.conf"
+    local msg
+    msg=$("$ORDO" up "$dir/bad.conf" 2>&1) && fail "a bad config was accepted"
+    [[ "$msg" == *"$dir/bad.conf:3: ListenPort"* ]] || fail "unclear config error: $msg"
+}
+
+# The daemon keeps only CAP_NET_ADMIN and CAP_NET_BIND_SERVICE once running.
+t_privileges() {
+    tunnel ordo ordo
+    local pid
+    pid=$(ip netns pids "$NS_A" | head -1)
+    local eff
+    eff=$(awk '/^CapEff/ {print $2}' "/proc/$pid/status")
+    # CAP_NET_BIND_SERVICE (10) and CAP_NET_ADMIN (12).
+    [[ "$eff" == "0000000000001400" ]] || fail "effective capabilities $eff, want 0000000000001400"
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+}
+
+PEERS=(wireguard-go boringtun ordo)
+for p in "${PEERS[@]}"; do
+    run_test "ordo_initiates[$p]" t_ordo_initiates "$p"
+    run_test "peer_initiates[$p]" t_peer_initiates "$p"
+    run_test "iperf3[$p]" t_iperf3 "$p"
+    run_test "psk[$p]" t_psk "$p"
+    run_test "roaming[$p]" t_roaming "$p"
+    run_test "keepalive[$p]" t_keepalive "$p"
+done
+run_test "cookie[wireguard-go]" t_cookie wireguard-go
+run_test "bad_input" t_bad_input
+run_test "config" t_config
+run_test "privileges" t_privileges
+if ((QUICK == 0)); then
+    run_test "rekey[wireguard-go]" t_rekey wireguard-go
+fi
+
+echo "interop: $PASSED passed, $FAILED failed"
+((FAILED == 0)) || { printf 'failed: %s\n' "${FAILED_NAMES[*]}"; exit 1; }

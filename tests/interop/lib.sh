@@ -1,0 +1,134 @@
+# Shared helpers of the interop suite: two hosts (network namespaces) joined by veth, a
+# WireGuard implementation on each, configured through `wg` over the UAPI socket exactly as
+# a user would. Sourced by interop.sh and by the demo.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ORDO="${ORDO:-$ROOT/target/release/ordo}"
+WIREGUARD_GO="${WIREGUARD_GO:-$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin/wireguard}"
+BORINGTUN="${BORINGTUN:-$(command -v boringtun-cli || echo "$HOME/.cargo/bin/boringtun-cli")}"
+LOGDIR="${LOGDIR:-$(mktemp -d /tmp/ordo-interop.XXXXXX)}"
+
+# Host A and host B. Outer addresses on the veth; inner addresses on the tunnel.
+NS_A=ordo-a
+NS_B=ordo-b
+IF_A=wg-ordo-a
+IF_B=wg-ordo-b
+OUT_A=10.77.0.1
+OUT_B=10.77.0.2
+OUT6_A=fd77::1
+OUT6_B=fd77::2
+IN_A=10.99.0.1
+IN_B=10.99.0.2
+IN6_A=fd99::1
+IN6_B=fd99::2
+PORT_A=51820
+PORT_B=51821
+
+log() { printf '%s\n' "$*" >&2; }
+
+# Removes everything a test made: processes, namespaces, sockets.
+teardown() {
+    for ns in "$NS_A" "$NS_B"; do
+        if ip netns list | grep -qw "$ns"; then
+            ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
+        fi
+    done
+    for ns in "$NS_A" "$NS_B"; do
+        # Wait (bounded) for the daemons to exit before their namespace goes.
+        for _ in $(seq 50); do
+            [[ -z "$(ip netns pids "$ns" 2>/dev/null)" ]] && break
+            sleep 0.1
+        done
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    rm -f "/var/run/wireguard/$IF_A.sock" "/var/run/wireguard/$IF_B.sock"
+}
+
+# Two namespaces joined by a veth pair with IPv4 and IPv6 outer addresses.
+make_hosts() {
+    teardown
+    ip netns add "$NS_A"
+    ip netns add "$NS_B"
+    ip link add veth-a netns "$NS_A" type veth peer name veth-b netns "$NS_B"
+    ip -n "$NS_A" addr add "$OUT_A/24" dev veth-a
+    ip -n "$NS_B" addr add "$OUT_B/24" dev veth-b
+    ip -n "$NS_A" addr add "$OUT6_A/64" dev veth-a nodad
+    ip -n "$NS_B" addr add "$OUT6_B/64" dev veth-b nodad
+    for ns in "$NS_A" "$NS_B"; do
+        ip -n "$ns" link set lo up
+    done
+    ip -n "$NS_A" link set veth-a up
+    ip -n "$NS_B" link set veth-b up
+}
+
+# start_impl IMPL NS IFNAME: starts a userspace WireGuard implementation; returns once its
+# UAPI socket answers (each implementation daemonizes only when ready).
+start_impl() {
+    local impl=$1 ns=$2 ifname=$3
+    case "$impl" in
+        ordo) ORDO_LOG="$LOGDIR/$ifname.log" ip netns exec "$ns" "$ORDO" "$ifname" ;;
+        ordo-underload) ORDO_TEST_UNDER_LOAD=1 ORDO_LOG="$LOGDIR/$ifname.log" ip netns exec "$ns" "$ORDO" "$ifname" ;;
+        wireguard-go) LOG_LEVEL=error ip netns exec "$ns" "$WIREGUARD_GO" "$ifname" >"$LOGDIR/$ifname.log" 2>&1 ;;
+        # Connected UDP sockets stay bound to the old source address, so boringtun could not
+        # roam; unconnected sockets are what the other implementations use.
+        boringtun) WG_SUDO=1 ip netns exec "$ns" "$BORINGTUN" --disable-drop-privileges --disable-connected-udp \
+            -l "$LOGDIR/$ifname.log" "$ifname" >/dev/null ;;
+        *) log "unknown implementation $impl"; return 1 ;;
+    esac
+    wg show "$ifname" >/dev/null
+}
+
+# configure NS IFNAME PRIVKEY PORT PEER_PUB PEER_ENDPOINT PEER_ALLOWED [extra wg set args...]
+configure() {
+    local ns=$1 ifname=$2 key=$3 port=$4 peer=$5 endpoint=$6 allowed=$7
+    shift 7
+    local keyfile="$LOGDIR/$ifname.key"
+    (umask 077 && echo "$key" >"$keyfile")
+    local ep=()
+    [[ -n "$endpoint" ]] && ep=(endpoint "$endpoint")
+    ip netns exec "$ns" wg set "$ifname" private-key "$keyfile" listen-port "$port" \
+        peer "$peer" "${ep[@]}" allowed-ips "$allowed" "$@"
+}
+
+# inner_addresses NS IFNAME V4 V6
+inner_addresses() {
+    ip -n "$1" addr add "$3/24" dev "$2"
+    ip -n "$1" addr add "$4/64" dev "$2" nodad
+    ip -n "$1" link set "$2" mtu 1420 up
+}
+
+genkey() { "$ORDO" genkey; }
+pubkey() { echo "$1" | "$ORDO" pubkey; }
+
+# tunnel IMPL_A IMPL_B [extra wg set args for both sides...]: a full tunnel between A and B.
+# EXTRA_A / EXTRA_B (arrays) add peer arguments for one side only. Sets KEY_A KEY_B PUB_A PUB_B.
+EXTRA_A=()
+EXTRA_B=()
+tunnel() {
+    local impl_a=$1 impl_b=$2
+    shift 2
+    make_hosts
+    KEY_A=$(genkey); KEY_B=$(genkey)
+    PUB_A=$(pubkey "$KEY_A"); PUB_B=$(pubkey "$KEY_B")
+    start_impl "$impl_a" "$NS_A" "$IF_A"
+    start_impl "$impl_b" "$NS_B" "$IF_B"
+    configure "$NS_A" "$IF_A" "$KEY_A" "$PORT_A" "$PUB_B" "$OUT_B:$PORT_B" "$IN_B/32,$IN6_B/128" "$@" "${EXTRA_A[@]}"
+    configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "$OUT_A:$PORT_A" "$IN_A/32,$IN6_A/128" "$@" "${EXTRA_B[@]}"
+    inner_addresses "$NS_A" "$IF_A" "$IN_A" "$IN6_A"
+    inner_addresses "$NS_B" "$IF_B" "$IN_B" "$IN6_B"
+}
+
+# dump_field IFNAME FIELD: a field of the single peer in `wg show IF dump`
+# (endpoint, handshake, rx, tx, keepalive).
+dump_field() {
+    local col
+    case "$2" in
+        endpoint) col=3 ;; handshake) col=5 ;; rx) col=6 ;; tx) col=7 ;; keepalive) col=8 ;;
+    esac
+    wg show "$1" dump | sed -n 2p | cut -f"$col"
+}
+
+# ordo_counter IFNAME NAME: one of Ordo's own counters (see `ordo show`).
+ordo_counter() {
+    "$ORDO" show "$1" --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['counters']['$2'])"
+}
