@@ -940,6 +940,19 @@ impl Interface {
         }
     }
 
+    /// Test hook: moves the current session's send counter, so the message-count limits
+    /// (2^60 and 2^64 - 2^13) can be reached without sending that many packets.
+    #[doc(hidden)]
+    pub fn set_send_counter_for_test(&mut self, id: PeerId, counter: u64) {
+        if let Some(s) = self
+            .peers
+            .get_mut(&id)
+            .and_then(|p| p.sessions.current.as_mut())
+        {
+            s.set_send_counter_for_test(counter);
+        }
+    }
+
     /// Live receiver indices, for tests and diagnostics.
     pub fn index_count(&self) -> usize {
         self.indices.len()

@@ -41,6 +41,11 @@ impl Session {
         !self.expired(now) && self.send_counter < REJECT_AFTER_MESSAGES
     }
 
+    #[doc(hidden)]
+    pub fn set_send_counter_for_test(&mut self, counter: u64) {
+        self.send_counter = counter;
+    }
+
     pub fn send_counter(&self) -> u64 {
         self.send_counter
     }

@@ -1,0 +1,532 @@
+//! Two protocol cores talking to each other through a fake network and a fake clock: the
+//! handshake, transport, and every timer of the whitepaper, with no socket and no sleep.
+
+use ordo_proto::timers::*;
+use ordo_proto::{
+    DropReason, Interface, PeerId, PresharedKey, PrivateKey, Received, Sent, SEND_HEADROOM,
+};
+use rand_chacha::ChaCha20Rng;
+use rand_core::SeedableRng;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const ADDR_A: &str = "192.0.2.1:51820";
+const ADDR_B: &str = "192.0.2.2:51820";
+
+fn ipv4(src: [u8; 4], dst: [u8; 4], payload: &[u8]) -> Vec<u8> {
+    let mut p = vec![0u8; 20];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+    p[8] = 64;
+    p[9] = 17;
+    p[12..16].copy_from_slice(&src);
+    p[16..20].copy_from_slice(&dst);
+    p.extend_from_slice(payload);
+    p
+}
+
+/// Side A (10.0.0.1) and side B (10.0.0.2), each the other's only peer.
+struct Net {
+    a: Interface,
+    b: Interface,
+    pa: PeerId, // B as A's peer
+    pb: PeerId, // A as B's peer
+    t0: Instant,
+    now: Instant,
+    addr_a: SocketAddr,
+    addr_b: SocketAddr,
+    /// Data delivered to each side's TUN, in order.
+    tun_a: Vec<Vec<u8>>,
+    tun_b: Vec<Vec<u8>>,
+    /// Datagrams sent by each side (to inspect or replay).
+    wire_from_a: Vec<Vec<u8>>,
+    wire_from_b: Vec<Vec<u8>>,
+    /// While false, datagrams toward that side are lost.
+    a_reachable: bool,
+    b_reachable: bool,
+}
+
+impl Net {
+    fn new(psk: Option<PresharedKey>) -> Net {
+        let t0 = Instant::now();
+        let mut a = Interface::with_rng(t0, ChaCha20Rng::seed_from_u64(1));
+        let mut b = Interface::with_rng(t0, ChaCha20Rng::seed_from_u64(2));
+        let ka = PrivateKey::from_bytes([0x11; 32]);
+        let kb = PrivateKey::from_bytes([0x22; 32]);
+        let (pub_a, pub_b) = (ka.public_key(), kb.public_key());
+        a.set_private_key(Some(ka));
+        b.set_private_key(Some(kb));
+        let pa = a.add_peer(pub_b).unwrap();
+        let pb = b.add_peer(pub_a).unwrap();
+        let (addr_a, addr_b) = (ADDR_A.parse().unwrap(), ADDR_B.parse().unwrap());
+        a.set_endpoint(pa, addr_b);
+        b.set_endpoint(pb, addr_a);
+        a.add_allowed_ip(pa, "10.0.0.2/32".parse().unwrap());
+        b.add_allowed_ip(pb, "10.0.0.1/32".parse().unwrap());
+        if let Some(psk) = psk {
+            a.set_preshared_key(pa, psk.clone());
+            b.set_preshared_key(pb, psk);
+        }
+        Net {
+            a,
+            b,
+            pa,
+            pb,
+            t0,
+            now: t0,
+            addr_a,
+            addr_b,
+            tun_a: vec![],
+            tun_b: vec![],
+            wire_from_a: vec![],
+            wire_from_b: vec![],
+            a_reachable: true,
+            b_reachable: true,
+        }
+    }
+
+    fn wall(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_700_000_000) + (self.now - self.t0)
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+        let w = self.wall();
+        self.a.tick(self.now, w);
+        self.b.tick(self.now, w);
+        self.pump();
+    }
+
+    /// Delivers one datagram; returns what the receiver made of it.
+    fn deliver(&mut self, to_b: bool, mut dgram: Vec<u8>) -> Received {
+        let (now, wall) = (self.now, self.wall());
+        let (rx, src, tun) = if to_b {
+            (&mut self.b, self.addr_a, &mut self.tun_b)
+        } else {
+            (&mut self.a, self.addr_b, &mut self.tun_a)
+        };
+        let r = rx.receive(now, wall, src, &mut dgram);
+        if let Received::Packet { range, .. } = &r {
+            tun.push(dgram[range.clone()].to_vec());
+        }
+        r
+    }
+
+    /// Moves control messages between the sides until both are quiet.
+    fn pump(&mut self) {
+        for _ in 0..100 {
+            let mut moved = false;
+            while let Some(t) = self.a.poll_transmit() {
+                assert_eq!(t.to, self.addr_b);
+                self.wire_from_a.push(t.payload.clone());
+                if self.b_reachable {
+                    self.deliver(true, t.payload);
+                }
+                moved = true;
+            }
+            while let Some(t) = self.b.poll_transmit() {
+                assert_eq!(t.to, self.addr_a);
+                self.wire_from_b.push(t.payload.clone());
+                if self.a_reachable {
+                    self.deliver(false, t.payload);
+                }
+                moved = true;
+            }
+            if !moved {
+                return;
+            }
+        }
+        panic!("the two sides never went quiet");
+    }
+
+    /// A sends an inner packet to B (true) or B to A (false); returns what send said.
+    fn send(&mut self, from_a: bool, payload: &[u8]) -> Sent {
+        let (now, wall) = (self.now, self.wall());
+        let packet = if from_a {
+            ipv4([10, 0, 0, 1], [10, 0, 0, 2], payload)
+        } else {
+            ipv4([10, 0, 0, 2], [10, 0, 0, 1], payload)
+        };
+        let mut out = vec![0u8; packet.len() + SEND_HEADROOM];
+        let tx = if from_a { &mut self.a } else { &mut self.b };
+        let sent = tx.send(now, wall, &packet, &mut out);
+        if let Sent::Data { len, .. } = sent {
+            out.truncate(len);
+            if from_a {
+                self.wire_from_a.push(out.clone());
+                if self.b_reachable {
+                    self.deliver(true, out);
+                }
+            } else {
+                self.wire_from_b.push(out.clone());
+                if self.a_reachable {
+                    self.deliver(false, out);
+                }
+            }
+        }
+        self.pump();
+        sent
+    }
+
+    fn initiations_from_a(&self) -> usize {
+        self.wire_from_a.iter().filter(|d| d[0] == 1).count()
+    }
+    fn initiations_from_b(&self) -> usize {
+        self.wire_from_b.iter().filter(|d| d[0] == 1).count()
+    }
+}
+
+fn established() -> Net {
+    let mut n = Net::new(None);
+    assert!(matches!(n.send(true, b"hello"), Sent::Staged(_)));
+    assert_eq!(
+        n.tun_b.len(),
+        1,
+        "the staged packet went out once the handshake completed"
+    );
+    n
+}
+
+#[test]
+fn handshake_then_data_both_ways() {
+    let mut n = established();
+    assert_eq!(&n.tun_b[0][20..], b"hello");
+    assert!(
+        matches!(n.send(false, b"world"), Sent::Data { .. }),
+        "the responder's session is confirmed"
+    );
+    assert_eq!(&n.tun_a[0][20..], b"world");
+    assert_eq!(n.a.stats.handshakes_completed, 1);
+    assert_eq!(n.b.stats.handshakes_completed, 1);
+    assert!(n.a.peer(n.pa).unwrap().last_handshake.is_some());
+    let (a, b) = (n.a.peer(n.pa).unwrap(), n.b.peer(n.pb).unwrap());
+    assert_eq!(a.tx_bytes, b.rx_bytes, "both ends count the same bytes");
+    assert_eq!(a.rx_bytes, b.tx_bytes);
+}
+
+#[test]
+fn preshared_key_must_match() {
+    let mut n = Net::new(Some(PresharedKey::from_bytes([7; 32])));
+    n.send(true, b"x");
+    assert_eq!(n.tun_b.len(), 1);
+    let mut n = Net::new(None);
+    n.b.set_preshared_key(n.pb, PresharedKey::from_bytes([7; 32]));
+    n.send(true, b"x");
+    assert!(n.tun_b.is_empty());
+    assert_eq!(
+        n.a.stats.dropped(DropReason::HandshakeDecrypt),
+        1,
+        "A cannot open B's response"
+    );
+}
+
+#[test]
+fn data_is_padded_to_16_and_trimmed_on_arrival() {
+    let mut n = established();
+    n.send(true, b"abc"); // 23-byte packet
+    let last = n.wire_from_a.last().unwrap();
+    assert_eq!(last.len(), 16 + 32 + 16, "23 bytes pad to 32");
+    assert_eq!(n.tun_b.last().unwrap().len(), 23);
+}
+
+#[test]
+fn replayed_data_is_dropped() {
+    let mut n = established();
+    n.send(true, b"once");
+    let copy = n.wire_from_a.last().unwrap().clone();
+    assert_eq!(n.deliver(true, copy), Received::Dropped(DropReason::Replay));
+    assert_eq!(n.tun_b.len(), 2);
+}
+
+#[test]
+fn tampered_data_is_dropped_and_does_not_move_the_window() {
+    let mut n = established();
+    n.b_reachable = false;
+    n.send(true, b"real");
+    n.b_reachable = true;
+    let real = n.wire_from_a.last().unwrap().clone();
+    let mut forged = real.clone();
+    *forged.last_mut().unwrap() ^= 1;
+    assert_eq!(
+        n.deliver(true, forged),
+        Received::Dropped(DropReason::DecryptFailed)
+    );
+    assert!(
+        matches!(n.deliver(true, real), Received::Packet { .. }),
+        "the authentic packet still arrives"
+    );
+}
+
+#[test]
+fn inner_source_must_be_an_allowed_ip() {
+    let mut n = established();
+    n.b.clear_allowed_ips(n.pb);
+    n.b.add_allowed_ip(n.pb, "10.9.9.9/32".parse().unwrap());
+    n.send(true, b"spoof");
+    assert_eq!(n.b.stats.dropped(DropReason::AllowedIpsMismatch), 1);
+    assert_eq!(n.tun_b.len(), 1);
+}
+
+#[test]
+fn no_route_and_no_endpoint_are_counted() {
+    let mut n = established();
+    let mut out = vec![0u8; 100];
+    let p = ipv4([10, 0, 0, 1], [10, 5, 5, 5], b"");
+    assert_eq!(
+        n.a.send(n.now, n.wall(), &p, &mut out),
+        Sent::Dropped(DropReason::NoRoute)
+    );
+    assert_eq!(
+        n.a.send(n.now, n.wall(), b"\x45\x00", &mut out),
+        Sent::Dropped(DropReason::OutgoingMalformed)
+    );
+}
+
+#[test]
+fn replayed_initiation_is_refused() {
+    let mut n = established();
+    let init = n.wire_from_a.iter().find(|d| d[0] == 1).unwrap().clone();
+    n.advance(Duration::from_secs(1));
+    assert_eq!(
+        n.deliver(true, init),
+        Received::Dropped(DropReason::HandshakeReplay)
+    );
+}
+
+#[test]
+fn initiation_flood_is_refused_within_20ms() {
+    let mut n = Net::new(None);
+    n.b_reachable = false;
+    n.send(true, b"x");
+    let first = n.wire_from_a[0].clone();
+    n.b_reachable = true;
+    assert!(matches!(n.deliver(true, first), Received::Handshake(_)));
+    // A second, newer initiation 1 ms later (built by a fresh A with the same keys).
+    let mut n2 = Net::new(None);
+    n2.now = n.now;
+    n2.b_reachable = false;
+    n.now += Duration::from_millis(1);
+    n2.now = n.now + Duration::from_secs(1); // newer timestamp
+    n2.send(true, b"x");
+    let second = n2.wire_from_a[0].clone();
+    assert_eq!(
+        n.deliver(true, second),
+        Received::Dropped(DropReason::HandshakeFlood)
+    );
+}
+
+#[test]
+fn keepalive_when_data_received_and_nothing_sent() {
+    let mut n = established();
+    let before = n.wire_from_b.len();
+    n.advance(KEEPALIVE_TIMEOUT - Duration::from_millis(1));
+    assert_eq!(n.wire_from_b.len(), before);
+    n.advance(Duration::from_millis(1));
+    let ka = &n.wire_from_b[before];
+    assert_eq!(
+        (ka[0], ka.len()),
+        (4, 32),
+        "a keepalive is an empty data message"
+    );
+}
+
+#[test]
+fn new_handshake_when_sent_data_goes_unanswered() {
+    let mut n = established();
+    n.advance(Duration::from_secs(30)); // quiet
+    n.a_reachable = false; // B's answers are lost
+    n.send(true, b"anyone?");
+    let before = n.initiations_from_a();
+    n.advance(KEEPALIVE_TIMEOUT + REKEY_TIMEOUT - Duration::from_millis(1));
+    assert_eq!(n.initiations_from_a(), before);
+    n.advance(Duration::from_millis(MAX_JITTER_MS + 1));
+    assert_eq!(n.initiations_from_a(), before + 1);
+}
+
+#[test]
+fn handshake_retransmits_then_gives_up() {
+    let mut n = Net::new(None);
+    n.b_reachable = false;
+    n.send(true, b"x");
+    assert_eq!(n.initiations_from_a(), 1);
+    n.advance(REKEY_TIMEOUT - Duration::from_millis(1));
+    assert_eq!(n.initiations_from_a(), 1, "no retry before REKEY_TIMEOUT");
+    for _ in 0..200 {
+        n.advance(Duration::from_millis(500));
+    }
+    assert_eq!(
+        n.initiations_from_a(),
+        1 + MAX_HANDSHAKE_ATTEMPTS as usize,
+        "retries stop after REKEY_ATTEMPT_TIME"
+    );
+    assert_eq!(
+        n.a.peer(n.pa).unwrap().staged_len(),
+        0,
+        "what waited is dropped"
+    );
+    assert_eq!(n.a.stats.dropped(DropReason::StagedOverflow), 1);
+}
+
+#[test]
+fn handshakes_are_rate_limited_to_one_per_rekey_timeout() {
+    let mut n = Net::new(None);
+    n.b_reachable = false;
+    for _ in 0..10 {
+        n.send(true, b"x");
+        n.now += Duration::from_millis(100);
+    }
+    assert_eq!(n.initiations_from_a(), 1);
+    assert_eq!(n.a.peer(n.pa).unwrap().staged_len(), 10);
+}
+
+#[test]
+fn initiator_rekeys_after_rekey_after_time_and_responder_does_not() {
+    let mut n = established();
+    n.send(false, b"confirm");
+    n.now += REKEY_AFTER_TIME;
+    let (ia, ib) = (n.initiations_from_a(), n.initiations_from_b());
+    n.send(false, b"from responder");
+    assert_eq!(
+        n.initiations_from_b(),
+        ib,
+        "only the initiator rekeys on time"
+    );
+    n.send(true, b"from initiator");
+    assert_eq!(n.initiations_from_a(), ia + 1);
+    assert_eq!(n.a.stats.handshakes_completed, 2);
+    assert!(matches!(n.send(true, b"new keys"), Sent::Data { .. }));
+    assert_eq!(&n.tun_b.last().unwrap()[20..], b"new keys");
+}
+
+#[test]
+fn receiving_side_of_an_old_initiator_session_rekeys_before_reject() {
+    let mut n = established();
+    // A initiated. A only receives (B sends) for REJECT - KEEPALIVE - REKEY_TIMEOUT.
+    n.now += REKEY_ON_RECEIVE_AGE;
+    let ia = n.initiations_from_a();
+    n.send(false, b"late");
+    assert_eq!(n.initiations_from_a(), ia + 1);
+}
+
+#[test]
+fn sessions_expire_after_reject_after_time() {
+    let mut n = established();
+    n.b_reachable = false;
+    n.send(true, b"old");
+    let old = n.wire_from_a.last().unwrap().clone();
+    n.now += REJECT_AFTER_TIME;
+    assert_eq!(
+        n.deliver(true, old),
+        Received::Dropped(DropReason::ExpiredSession)
+    );
+    n.b_reachable = true;
+    assert!(
+        matches!(n.send(true, b"x"), Sent::Staged(_)),
+        "no sending on an expired session"
+    );
+}
+
+#[test]
+fn message_limits_force_rekey_then_refuse() {
+    let mut n = established();
+    n.a.set_send_counter_for_test(n.pa, REKEY_AFTER_MESSAGES + 1);
+    n.now += REKEY_TIMEOUT; // past the handshake rate limit
+    let ia = n.initiations_from_a();
+    n.send(true, b"x");
+    assert_eq!(n.initiations_from_a(), ia + 1, "rekey after 2^60 messages");
+    n.a.set_send_counter_for_test(n.pa, REJECT_AFTER_MESSAGES);
+    n.b_reachable = false;
+    assert!(
+        matches!(n.send(true, b"y"), Sent::Staged(_)),
+        "no sending past REJECT_AFTER_MESSAGES"
+    );
+}
+
+#[test]
+fn keys_are_erased_after_three_reject_times() {
+    let mut n = established();
+    let id = n.pa;
+    assert!(n.a.peer(id).unwrap().has_session(n.now));
+    assert!(n.a.index_count() > 0);
+    // Time passes a second at a time (one jump would fire unrelated timers together).
+    for _ in 0..(REJECT_AFTER_TIME * 3).as_secs() - 1 {
+        n.advance(Duration::from_secs(1));
+    }
+    assert!(
+        n.a.index_count() > 0,
+        "keys live until 3 x REJECT_AFTER_TIME"
+    );
+    n.advance(Duration::from_secs(1));
+    assert!(!n.a.peer(id).unwrap().has_session(n.now));
+    assert_eq!(
+        n.a.index_count(),
+        0,
+        "all receiver indices are forgotten with the keys"
+    );
+}
+
+#[test]
+fn persistent_keepalive_starts_a_handshake_and_then_keeps_the_path_warm() {
+    let mut n = Net::new(None);
+    n.a.set_persistent_keepalive(n.pa, 25, n.now);
+    n.advance(Duration::from_millis(1));
+    assert_eq!(
+        n.a.stats.handshakes_completed, 1,
+        "the first keepalive needs a session"
+    );
+    let count = |n: &Net| {
+        n.wire_from_a
+            .iter()
+            .filter(|d| d[0] == 4 && d.len() == 32)
+            .count()
+    };
+    let k0 = count(&n);
+    n.advance(Duration::from_secs(25));
+    assert_eq!(count(&n), k0 + 1);
+    n.advance(Duration::from_secs(25));
+    assert_eq!(count(&n), k0 + 2);
+}
+
+#[test]
+fn cookie_under_load_then_mac2_accepted() {
+    let mut n = Net::new(None);
+    n.b.force_under_load = true;
+    n.send(true, b"x");
+    assert_eq!(n.b.stats.cookie_replies_sent, 1);
+    assert_eq!(n.a.stats.cookie_replies_accepted, 1);
+    assert!(n.tun_b.is_empty());
+    n.advance(REKEY_TIMEOUT + Duration::from_millis(MAX_JITTER_MS));
+    assert_eq!(n.tun_b.len(), 1, "the retry carries mac2 and completes");
+    assert_eq!(n.b.stats.cookie_replies_sent, 1);
+}
+
+#[test]
+fn roaming_follows_the_latest_authentic_source() {
+    let mut n = established();
+    n.addr_a = "198.51.100.7:4000".parse().unwrap();
+    // B's replies now go to the new address; the fake network asserts that.
+    n.send(true, b"from a new address");
+    assert_eq!(n.b.peer(n.pb).unwrap().endpoint, Some(n.addr_a));
+    n.send(false, b"reply");
+    assert_eq!(n.tun_a.len(), 1);
+}
+
+#[test]
+fn forged_datagrams_never_change_the_endpoint() {
+    let mut n = established();
+    let mut junk = vec![4u8, 0, 0, 0];
+    junk.extend_from_slice(&[0u8; 60]);
+    let before = n.b.peer(n.pb).unwrap().endpoint;
+    let evil: SocketAddr = "203.0.113.66:1".parse().unwrap();
+    let r = n.b.receive(n.now, n.wall(), evil, &mut junk);
+    assert!(matches!(r, Received::Dropped(_)));
+    assert_eq!(n.b.peer(n.pb).unwrap().endpoint, before);
+}
+
+#[test]
+fn changing_the_private_key_drops_sessions() {
+    let mut n = established();
+    n.a.set_private_key(Some(PrivateKey::from_bytes([0x33; 32])));
+    assert!(!n.a.peer(n.pa).unwrap().has_session(n.now));
+    assert_eq!(n.a.index_count(), 0);
+}
