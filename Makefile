@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build demo test lint unit interop interop-quick bench clean
+.PHONY: all build demo test lint unit interop interop-quick bench fuzz clean
 
 all: build
 
@@ -37,6 +37,12 @@ interop-quick: build
 bench: build
 	tests/install-deps.sh
 	scripts/bench-e2e.sh
+
+## make fuzz: each cargo-fuzz target for FUZZ_SECONDS (nightly toolchain and cargo-fuzz).
+FUZZ_SECONDS ?= 60
+fuzz:
+	cd fuzz && for t in receive handshake_responder uapi_set wgquick; do \
+		cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
 
 clean:
 	$(CARGO) clean

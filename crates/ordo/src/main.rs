@@ -8,13 +8,7 @@
 //! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
 //! ```
 
-mod config;
-mod daemon;
-mod device;
-mod netconf;
-mod quick;
-mod show;
-mod uapi;
+use ordo::{daemon, quick, show, uapi};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};

@@ -374,6 +374,16 @@ mod tests {
             .contains("before any"));
     }
 
+    proptest::proptest! {
+        /// Any text: a config, or an error that points at a line of it.
+        #[test]
+        fn never_panics(text in "(\\[(Interface|Peer|x)\\]\n|[A-Za-z]{0,12} ?= ?[-A-Za-z0-9+/=.:,\\[\\]]{0,50}\n|#.*\n){0,12}") {
+            if let Err(e) = parse(&text, Path::new("f.conf")) {
+                proptest::prop_assert!(e.line <= text.lines().count());
+            }
+        }
+    }
+
     #[test]
     fn endpoints() {
         assert_eq!(

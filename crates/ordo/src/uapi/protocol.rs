@@ -269,13 +269,13 @@ mod tests {
              allowed_ip=192.168.4.4/32\nallowed_ip=-10.0.0.0/8\nprotocol_version=1\n\
              persistent_keepalive_interval=25\npublic_key={K1}\nremove=true"
         );
-        let err = parse_set(req.lines()).unwrap_err();
-        assert_eq!(
-            err.errno, EINVAL,
-            "scoped IPv6 endpoints are refused: {err:?}"
-        );
-        let req = req.replace("%2", "");
         let p = parse_set(req.lines()).unwrap();
+        let scoped = "[abcd:23::33%2]:51820".parse().unwrap();
+        assert_eq!(
+            p.peers[0].endpoint,
+            Some(scoped),
+            "scoped (link-local) endpoints work"
+        );
         assert_eq!(p.listen_port, Some(51820));
         assert!(p.replace_peers);
         assert_eq!(p.peers.len(), 2);
@@ -305,6 +305,16 @@ mod tests {
         assert_eq!(e(&format!("public_key={K2}\nprotocol_version=2")), EINVAL);
         assert_eq!(e(&format!("public_key={K2}\nremove=yes")), EINVAL);
         assert_eq!(e("public_key=00"), EINVAL);
+    }
+
+    proptest::proptest! {
+        /// Any text: a plan or an errno, never a panic.
+        #[test]
+        fn never_panics(lines in proptest::collection::vec("[a-z_]{0,12}=?[-0-9a-f.:/\\[\\]]{0,70}", 0..20)) {
+            if let Err(e) = parse_set(lines.iter().map(String::as_str)) {
+                proptest::prop_assert!(e.errno == EINVAL || e.errno == EPROTO);
+            }
+        }
     }
 
     #[test]
