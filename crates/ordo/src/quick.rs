@@ -12,6 +12,7 @@ use std::net::ToSocketAddrs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use zeroize::Zeroizing;
 
 /// The table and fwmark wg-quick uses for a default route when none is set.
 const DEFAULT_ROUTE_TABLE: u32 = 51820;
@@ -70,9 +71,10 @@ fn run_hooks(hooks: &[String], ifname: &str) -> Result<()> {
 }
 
 /// The UAPI `set` request that configures the interface as the file says.
-fn set_request(cfg: &WgQuickConfig, fwmark: Option<u32>) -> Result<String> {
+fn set_request(cfg: &WgQuickConfig, fwmark: Option<u32>) -> Result<Zeroizing<String>> {
     let i = &cfg.interface;
-    let mut s = String::from("set=1\n");
+    // It carries the private and pre-shared keys: erased when dropped.
+    let mut s = Zeroizing::new(String::from("set=1\n"));
     if let Some(k) = &i.private_key {
         let _ = writeln!(s, "private_key={}", k.to_hex().as_str());
     }

@@ -38,13 +38,14 @@ pub fn fetch(ifname: &str) -> Result<InterfaceShow> {
         name: ifname.to_string(),
         ..Default::default()
     };
-    for (k, v) in pairs {
+    for (k, mut v) in pairs {
         let num = || v.parse::<u64>().unwrap_or(0);
         match (k.as_str(), s.peers.last_mut()) {
             ("private_key", _) => {
                 s.public_key = ordo_proto::PrivateKey::from_hex(&v)
                     .ok()
                     .map(|k| k.public_key().to_base64());
+                zeroize::Zeroize::zeroize(&mut v);
             }
             ("listen_port", _) => s.listen_port = num() as u16,
             ("fwmark", None) => s.fwmark = num() as u32,

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
+use zeroize::Zeroizing;
 
 pub const SOCKET_DIR: &str = "/var/run/wireguard";
 /// Longest line accepted; a key line is at most ~100 bytes.
@@ -95,7 +96,8 @@ fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
                 return Ok(());
             }
         };
-        let mut lines = Vec::new();
+        // Requests and replies carry keys: both are erased when dropped.
+        let mut lines = Zeroizing::new(Vec::new());
         loop {
             match read_line(&mut reader, &mut buf)? {
                 None => return Ok(()), // closed mid-request: apply nothing
@@ -109,14 +111,17 @@ fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
                 }
             }
         }
-        let reply = match op {
+        let reply: Zeroizing<String> = Zeroizing::new(match op {
             Operation::Get | Operation::OrdoGet if !lines.is_empty() => {
                 format!("errno=-{}\n\n", protocol::EINVAL)
             }
-            Operation::Get => format!("{}errno=0\n\n", protocol::format_get(&view(device))),
+            Operation::Get => format!(
+                "{}errno=0\n\n",
+                protocol::format_get(&view(device)).as_str()
+            ),
             Operation::OrdoGet => format!(
                 "{}{}errno=0\n\n",
-                protocol::format_get(&view(device)),
+                protocol::format_get(&view(device)).as_str(),
                 ordo_counters(device)
             ),
             Operation::Set => match protocol::parse_set(lines.iter().map(String::as_str))
@@ -128,7 +133,7 @@ fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
                     format!("errno=-{}\n\n", e.errno)
                 }
             },
-        };
+        });
         out.write_all(reply.as_bytes())?;
     }
 }

@@ -214,9 +214,10 @@ pub struct DeviceView {
 }
 
 /// Formats a `get` reply body (without the final errno line).
-pub fn format_get(d: &DeviceView) -> String {
+pub fn format_get(d: &DeviceView) -> zeroize::Zeroizing<String> {
     use std::fmt::Write;
-    let mut s = String::new();
+    // It carries the private key: erased when dropped.
+    let mut s = zeroize::Zeroizing::new(String::new());
     if let Some(k) = &d.private_key {
         let _ = writeln!(s, "private_key={}", k.to_hex().as_str());
     }
@@ -350,7 +351,7 @@ mod tests {
             "last_handshake_time_sec=5\nlast_handshake_time_nsec=6\n",
             "tx_bytes=1\nrx_bytes=2\npersistent_keepalive_interval=3\nallowed_ip=10.0.0.0/8\n",
         ] {
-            assert!(s.contains(want), "missing {want:?} in\n{s}");
+            assert!(s.contains(want), "missing {want:?} in\n{}", s.as_str());
         }
         assert!(!s.contains("preshared_key"), "a zero psk is not shown");
     }
