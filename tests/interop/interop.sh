@@ -284,6 +284,27 @@ EOF
     [[ "$msg" == *"$dir/bad.conf:3: ListenPort"* ]] || fail "unclear config error: $msg"
 }
 
+# `ordo up` with AllowedIPs = 0.0.0.0/0: wg-quick's fwmark and policy rules send everything
+# but the tunnel's own packets into the tunnel; `ordo down` removes the rules.
+t_default_route() {
+    make_hosts
+    KEY_A=$(genkey); KEY_B=$(genkey); PUB_A=$(pubkey "$KEY_A"); PUB_B=$(pubkey "$KEY_B")
+    start_impl "$1" "$NS_B" "$IF_B"
+    configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "" "$IN_A/32"
+    inner_addresses "$NS_B" "$IF_B" "$IN_B" "$IN6_B"
+    # Only reachable through the tunnel: A has no route to it but the default one.
+    ip -n "$NS_B" addr add 10.200.0.1/32 dev lo
+    local conf=$LOGDIR/$IF_A.conf
+    (umask 077; printf '[Interface]\nPrivateKey = %s\nAddress = %s/24\n\n[Peer]\nPublicKey = %s\nEndpoint = %s:%s\nAllowedIPs = 0.0.0.0/0\n' \
+        "$KEY_A" "$IN_A" "$PUB_B" "$OUT_B" "$PORT_B" >"$conf")
+    ORDO_LOG=$LOGDIR/up.log ip netns exec "$NS_A" "$ORDO" up "$conf" || fail "ordo up"
+    ip netns exec "$NS_A" ip rule | grep -q "not from all fwmark 0xca6c lookup 51820" || fail "no fwmark rule: $(ip netns exec "$NS_A" ip rule)"
+    [[ $(wg show "$IF_A" fwmark) == 0xca6c ]] || fail "the tunnel's packets are not marked"
+    ping_ok "$NS_A" 10.200.0.1 || fail "ping through the default route"
+    ip netns exec "$NS_A" "$ORDO" down "$conf" || fail "ordo down"
+    ! ip netns exec "$NS_A" ip rule | grep -q 51820 || fail "rules left behind"
+}
+
 # The daemon keeps only CAP_NET_ADMIN and CAP_NET_BIND_SERVICE once running.
 t_privileges() {
     tunnel ordo ordo
@@ -308,6 +329,7 @@ done
 run_test "cookie[wireguard-go]" t_cookie wireguard-go
 run_test "bad_input" t_bad_input
 run_test "config" t_config
+run_test "default_route[wireguard-go]" t_default_route wireguard-go
 run_test "privileges" t_privileges
 if ((QUICK == 0)); then
     run_test "rekey[wireguard-go]" t_rekey wireguard-go
