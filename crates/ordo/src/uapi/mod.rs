@@ -122,7 +122,7 @@ fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
             Operation::OrdoGet => format!(
                 "{}{}errno=0\n\n",
                 protocol::format_get(&view(device)).as_str(),
-                ordo_counters(device)
+                ordo_counter_lines(device)
             ),
             Operation::Set => match protocol::parse_set(lines.iter().map(String::as_str))
                 .and_then(|p| apply(device, p))
@@ -160,52 +160,46 @@ fn view(device: &Device) -> DeviceView {
     }
 }
 
-/// Ordo's own counters, as extra `ordo_*` lines that only `ordo show` asks for.
-fn ordo_counters(device: &Device) -> String {
-    use std::fmt::Write;
+/// Ordo's own counters, by name: drops by reason (the core's and the I/O layer's) and
+/// handshake figures.
+pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
     let core = device.core();
-    let mut s = String::new();
-    for r in DropReason::ALL {
-        let _ = writeln!(s, "ordo_drop_{}={}", r.name(), core.stats.dropped(r));
+    let mut c: Vec<(String, u64)> = DropReason::ALL
+        .iter()
+        .map(|r| (format!("drop_{}", r.name()), core.stats.dropped(*r)))
+        .collect();
+    let io = &device.io;
+    for (name, value) in [
+        (
+            "drop_tun_write_error",
+            io.tun_write_errors.load(Ordering::Relaxed),
+        ),
+        (
+            "drop_udp_send_error",
+            io.udp_send_errors.load(Ordering::Relaxed),
+        ),
+        ("handshakes_initiated", core.stats.handshakes_initiated),
+        ("handshakes_completed", core.stats.handshakes_completed),
+        ("cookie_replies_sent", core.stats.cookie_replies_sent),
+        (
+            "cookie_replies_accepted",
+            core.stats.cookie_replies_accepted,
+        ),
+        ("under_load", core.under_load(Instant::now()) as u64),
+        ("mtu", core.mtu() as u64),
+        ("uptime_sec", device.uptime().as_secs()),
+    ] {
+        c.push((name.to_string(), value));
     }
-    let _ = writeln!(
-        s,
-        "ordo_drop_tun_write_error={}",
-        device.io.tun_write_errors.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        s,
-        "ordo_drop_udp_send_error={}",
-        device.io.udp_send_errors.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        s,
-        "ordo_handshakes_initiated={}",
-        core.stats.handshakes_initiated
-    );
-    let _ = writeln!(
-        s,
-        "ordo_handshakes_completed={}",
-        core.stats.handshakes_completed
-    );
-    let _ = writeln!(
-        s,
-        "ordo_cookie_replies_sent={}",
-        core.stats.cookie_replies_sent
-    );
-    let _ = writeln!(
-        s,
-        "ordo_cookie_replies_accepted={}",
-        core.stats.cookie_replies_accepted
-    );
-    let _ = writeln!(
-        s,
-        "ordo_under_load={}",
-        core.under_load(Instant::now()) as u8
-    );
-    let _ = writeln!(s, "ordo_mtu={}", core.mtu());
-    let _ = writeln!(s, "ordo_uptime_sec={}", device.uptime().as_secs());
-    s
+    c
+}
+
+/// The counters as `ordo_NAME=VALUE` lines, which only `ordo show` asks for.
+fn ordo_counter_lines(device: &Device) -> String {
+    ordo_counters(device)
+        .iter()
+        .map(|(k, v)| format!("ordo_{k}={v}\n"))
+        .collect()
 }
 
 /// Applies a parsed plan. Socket changes come first, because they are the only part that
