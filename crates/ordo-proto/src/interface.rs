@@ -14,7 +14,7 @@ use crate::messages::{self, CookieReply, Initiation, Kind, Response, DATA_HEADER
 use crate::packet;
 use crate::peer::{Peer, PeerId, Slot, MAX_STAGED_PACKETS};
 use crate::ratelimiter::RateLimiter;
-use crate::session::{OpenError, Session};
+use crate::session::Session;
 use crate::timers::{
     INITIATION_MIN_INTERVAL, MAX_HANDSHAKE_ATTEMPTS, MAX_JITTER_MS, REKEY_AFTER_MESSAGES,
     REKEY_AFTER_TIME, REKEY_ON_RECEIVE_AGE, REKEY_TIMEOUT,
@@ -24,6 +24,7 @@ use rand_core::{RngCore, SeedableRng};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Control messages waiting to be sent, at most this many; more are dropped and counted.
@@ -179,6 +180,16 @@ pub enum Received {
     /// A cookie reply was sent instead of processing a handshake (we are under load).
     CookieSent,
     Dropped(DropReason),
+}
+
+/// An authentic data message, accepted by [`Interface::accept_data`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    Keepalive,
+    /// An inner packet of `len` bytes, at the start of the decrypted payload.
+    Packet {
+        len: usize,
+    },
 }
 
 /// What became of a packet given to [`Interface::send`].
@@ -413,26 +424,97 @@ impl Interface {
         buf: &mut [u8],
     ) -> Result<Received, DropReason> {
         let receiver = messages::DataHeader::parse(buf).receiver;
-        let id = *self
-            .indices
-            .get(&receiver)
-            .ok_or(DropReason::UnknownReceiver)?;
-        let peer = self.peers.get_mut(&id).ok_or(DropReason::UnknownReceiver)?;
-        let (slot, session) = peer
-            .sessions
-            .by_index_mut(receiver)
+        let (id, session) = self
+            .receiving_session(receiver)
             .ok_or(DropReason::UnknownReceiver)?;
         if session.expired(now) {
             return Err(DropReason::ExpiredSession);
         }
-        let len = session.open(buf).map_err(|e| match e {
-            OpenError::Decrypt => DropReason::DecryptFailed,
-            OpenError::Replay => DropReason::Replay,
-        })?;
+        let (counter, len) = session
+            .open_in_place(buf)
+            .map_err(|_| DropReason::DecryptFailed)?;
+        let plain = &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + len];
+        // accept_data counts its own drops; do not count them twice.
+        match self.accept_data_inner(now, wall, src, id, &session, counter, buf.len(), plain)? {
+            Accepted::Keepalive => Ok(Received::Keepalive(id)),
+            Accepted::Packet { len } => Ok(Received::Packet {
+                peer: id,
+                range: DATA_HEADER_LEN..DATA_HEADER_LEN + len,
+            }),
+        }
+    }
 
-        // Authentic from here on.
+    /// The session a data message for `receiver` would be opened with. The data plane opens
+    /// it outside the interface's lock ([`Session::open_in_place`]) and then hands the result
+    /// to [`Self::accept_data`], in the order the peer's messages arrived.
+    pub fn receiving_session(&self, receiver: u32) -> Option<(PeerId, Arc<Session>)> {
+        let id = *self.indices.get(&receiver)?;
+        let (_, s) = self.peers.get(&id)?.sessions.by_index(receiver)?;
+        Some((id, s.clone()))
+    }
+
+    /// Everything that follows a successful open of one data message: the replay window,
+    /// key confirmation, roaming, byte counts, timers, and the inner packet's checks. `plain`
+    /// is the decrypted payload (possibly padded); on success the inner packet is its first
+    /// `len` bytes. Drops are counted.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accept_data(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        src: SocketAddr,
+        id: PeerId,
+        session: &Arc<Session>,
+        counter: u64,
+        datagram_len: usize,
+        plain: &[u8],
+    ) -> Result<Accepted, DropReason> {
+        let r = self.accept_data_inner(now, wall, src, id, session, counter, datagram_len, plain);
+        if let Err(reason) = r {
+            self.stats.drop(reason);
+        }
+        r
+    }
+
+    /// Counts a drop that happened outside the core (a data-plane worker failed to open a
+    /// message), so every reason is counted in one place.
+    pub fn count_drop(&mut self, reason: DropReason) {
+        self.stats.drop(reason);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn accept_data_inner(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        src: SocketAddr,
+        id: PeerId,
+        session: &Arc<Session>,
+        counter: u64,
+        datagram_len: usize,
+        plain: &[u8],
+    ) -> Result<Accepted, DropReason> {
+        let peer = self.peers.get_mut(&id).ok_or(DropReason::UnknownReceiver)?;
+        // The session may have been rotated out or erased since it was looked up.
+        peer.sessions
+            .by_index(session.local_index)
+            .filter(|(_, s)| Arc::ptr_eq(s, session))
+            .ok_or(DropReason::UnknownReceiver)?;
+        let slot = peer
+            .sessions
+            .by_index(session.local_index)
+            .expect("just found")
+            .0;
+        if session.expired(now) {
+            return Err(DropReason::ExpiredSession);
+        }
+        if !session.accept_counter(counter) {
+            return Err(DropReason::Replay);
+        }
+
+        // Authentic and fresh from here on.
         peer.endpoint = Some(src);
-        peer.rx_bytes += buf.len() as u64;
+        peer.rx_bytes += datagram_len as u64;
         peer.timers.any_authenticated_packet_received();
         peer.timers.any_authenticated_packet_traversal(now);
         if slot == Slot::Next {
@@ -440,18 +522,16 @@ impl Interface {
         }
         self.keep_key_fresh_on_receive(id, now, wall);
         let peer = self.peers.get_mut(&id).expect("peer exists");
-        if len == 0 {
-            return Ok(Received::Keepalive(id));
+        if plain.is_empty() {
+            return Ok(Accepted::Keepalive);
         }
         peer.timers.data_received(now);
-        let plain = &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + len];
         let header = packet::parse(plain).ok_or(DropReason::InnerMalformed)?;
         if self.allowed_ips.lookup(header.src) != Some(id) {
             return Err(DropReason::AllowedIpsMismatch);
         }
-        Ok(Received::Packet {
-            peer: id,
-            range: DATA_HEADER_LEN..DATA_HEADER_LEN + header.total_len,
+        Ok(Accepted::Packet {
+            len: header.total_len,
         })
     }
 
@@ -505,20 +585,85 @@ impl Interface {
         packet: &[u8],
         out: &mut [u8],
     ) -> Result<Sent, DropReason> {
+        let id = self.route(packet)?;
+        let Some((session, to)) = self.sending_session(now, id)? else {
+            self.stage_and_initiate(now, wall, id, packet.to_vec());
+            return Ok(Sent::Staged(id));
+        };
+        let len = self.seal_now(now, wall, id, &session, packet, out)?;
+        Ok(Sent::Data { peer: id, to, len })
+    }
+
+    /// The peer an outgoing packet goes to: cryptokey routing on its destination.
+    pub fn route(&self, packet: &[u8]) -> Result<PeerId, DropReason> {
         let header = packet::parse(packet).ok_or(DropReason::OutgoingMalformed)?;
-        let id = self
-            .allowed_ips
+        self.allowed_ips
             .lookup(header.dst)
-            .ok_or(DropReason::NoRoute)?;
+            .ok_or(DropReason::NoRoute)
+    }
+
+    /// The session and endpoint to send to the peer with now; Ok(None) if a handshake is
+    /// needed first (then use [`Self::stage_and_initiate`]). The data plane seals with it
+    /// outside the lock ([`Session::reserve`], [`seal_packet`]) and then reports what it sent
+    /// ([`Self::after_send`]).
+    pub fn sending_session(
+        &self,
+        now: Instant,
+        id: PeerId,
+    ) -> Result<Option<(Arc<Session>, SocketAddr)>, DropReason> {
         let peer = self.peers.get(&id).ok_or(DropReason::NoRoute)?;
         let to = peer.endpoint.ok_or(DropReason::NoEndpoint)?;
-        if !peer.has_session(now) {
-            self.stage(id, packet.to_vec());
+        Ok(peer
+            .sessions
+            .current
+            .as_ref()
+            .filter(|s| s.can_send(now))
+            .map(|s| (s.clone(), to)))
+    }
+
+    /// Queues a packet until the peer has a session, and starts a handshake if none is under
+    /// way (at most one per REKEY_TIMEOUT).
+    pub fn stage_and_initiate(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        id: PeerId,
+        packet: Vec<u8>,
+    ) {
+        if self.peers.contains_key(&id) {
+            self.stage(id, packet);
             self.initiate(id, now, wall, false);
-            return Ok(Sent::Staged(id));
         }
-        let len = self.seal_for(id, now, wall, packet, out)?;
-        Ok(Sent::Data { peer: id, to, len })
+    }
+
+    /// Reports messages the data plane sealed on `session` and sent: `bytes` on the wire, of
+    /// which `data_packets` carried data (the rest were keepalives). Runs the send-side
+    /// timer events and starts a rekey when the session is old or much used.
+    pub fn after_send(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        id: PeerId,
+        session: &Session,
+        bytes: u64,
+        data_packets: u64,
+    ) {
+        let jitter = self.jitter();
+        let Some(peer) = self.peers.get_mut(&id) else {
+            return;
+        };
+        let rekey = session.send_counter() > REKEY_AFTER_MESSAGES
+            || (session.we_initiated
+                && now.saturating_duration_since(session.born) >= REKEY_AFTER_TIME);
+        peer.tx_bytes += bytes;
+        peer.timers.any_authenticated_packet_traversal(now);
+        peer.timers.any_authenticated_packet_sent();
+        if data_packets > 0 {
+            peer.timers.data_sent(now, jitter);
+        }
+        if rekey {
+            self.initiate(id, now, wall, false);
+        }
     }
 
     fn stage(&mut self, id: PeerId, packet: Vec<u8>) {
@@ -530,42 +675,26 @@ impl Interface {
         peer.staged.push_back(packet);
     }
 
-    /// Seals `packet` (empty for a keepalive) on the current session and runs the send-side
-    /// timer events. The caller has checked that the session can send.
-    fn seal_for(
+    /// Seals `packet` (empty for a keepalive) into `out` on `session` at once, and reports it.
+    fn seal_now(
         &mut self,
-        id: PeerId,
         now: Instant,
         wall: SystemTime,
+        id: PeerId,
+        session: &Session,
         packet: &[u8],
         out: &mut [u8],
     ) -> Result<usize, DropReason> {
-        let padded = padded_len(packet.len(), self.mtu);
-        if out.len() < DATA_HEADER_LEN + padded + crate::crypto::TAG_LEN {
-            return Err(DropReason::BufferTooSmall);
-        }
-        let jitter = self.jitter();
-        let peer = self.peers.get_mut(&id).expect("peer exists");
-        let session = peer
-            .sessions
-            .current
-            .as_mut()
-            .expect("caller checked the session");
-        out[DATA_HEADER_LEN..DATA_HEADER_LEN + packet.len()].copy_from_slice(packet);
-        out[DATA_HEADER_LEN + packet.len()..DATA_HEADER_LEN + padded].fill(0);
-        let len = session.seal(padded, out);
-        let rekey = session.send_counter() > REKEY_AFTER_MESSAGES
-            || (session.we_initiated
-                && now.saturating_duration_since(session.born) >= REKEY_AFTER_TIME);
-        peer.tx_bytes += len as u64;
-        peer.timers.any_authenticated_packet_traversal(now);
-        peer.timers.any_authenticated_packet_sent();
-        if !packet.is_empty() {
-            peer.timers.data_sent(now, jitter);
-        }
-        if rekey {
-            self.initiate(id, now, wall, false);
-        }
+        let counter = session.reserve(1).ok_or(DropReason::ExpiredSession)?;
+        let len = seal_packet(session, counter, packet, self.mtu, out)?;
+        self.after_send(
+            now,
+            wall,
+            id,
+            session,
+            len as u64,
+            !packet.is_empty() as u64,
+        );
         Ok(len)
     }
 
@@ -590,11 +719,11 @@ impl Interface {
 
     /// Seals a packet (or a keepalive, when empty) into the transmit queue.
     fn send_control_data(&mut self, id: PeerId, now: Instant, wall: SystemTime, packet: &[u8]) {
-        let Some(to) = self.peers[&id].endpoint else {
+        let Ok(Some((session, to))) = self.sending_session(now, id) else {
             return;
         };
         let mut out = vec![0u8; packet.len() + SEND_HEADROOM];
-        if let Ok(len) = self.seal_for(id, now, wall, packet, &mut out) {
+        if let Ok(len) = self.seal_now(now, wall, id, &session, packet, &mut out) {
             out.truncate(len);
             self.push_transmit(to, out);
         }
@@ -777,7 +906,10 @@ impl Interface {
         peer.timers.any_authenticated_packet_traversal(now);
         peer.timers.any_authenticated_packet_sent();
         peer.timers.session_derived(now);
-        let old_next = peer.sessions.next.replace(Session::new(&keys, now));
+        let old_next = peer
+            .sessions
+            .next
+            .replace(Arc::new(Session::new(&keys, now)));
         let old_previous = peer.sessions.previous.take();
         for s in [old_next, old_previous].into_iter().flatten() {
             self.indices.remove(&s.local_index);
@@ -833,7 +965,7 @@ impl Interface {
                 [old_previous, None]
             }
         };
-        peer.sessions.current = Some(Session::new(&keys, now));
+        peer.sessions.current = Some(Arc::new(Session::new(&keys, now)));
         for s in displaced.into_iter().flatten() {
             self.indices.remove(&s.local_index);
         }
@@ -957,6 +1089,24 @@ impl Interface {
     pub fn index_count(&self) -> usize {
         self.indices.len()
     }
+}
+
+/// Builds a data message in `out` from `packet` with a reserved `counter`: copies, pads and
+/// seals. `out` needs the packet length plus [`SEND_HEADROOM`] bytes.
+pub fn seal_packet(
+    session: &Session,
+    counter: u64,
+    packet: &[u8],
+    mtu: usize,
+    out: &mut [u8],
+) -> Result<usize, DropReason> {
+    let padded = padded_len(packet.len(), mtu);
+    if out.len() < DATA_HEADER_LEN + padded + crate::crypto::TAG_LEN {
+        return Err(DropReason::BufferTooSmall);
+    }
+    out[DATA_HEADER_LEN..DATA_HEADER_LEN + packet.len()].copy_from_slice(packet);
+    out[DATA_HEADER_LEN + packet.len()..DATA_HEADER_LEN + padded].fill(0);
+    Ok(session.seal_at(counter, padded, out))
 }
 
 /// The padded plaintext length (whitepaper section 5.4.6): a multiple of 16, never beyond

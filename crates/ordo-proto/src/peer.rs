@@ -8,6 +8,7 @@ use crate::session::Session;
 use crate::timers::Timers;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 use zeroize::Zeroizing;
 
@@ -23,23 +24,24 @@ pub struct PeerId(pub u64);
 /// session we answered but that the initiator has not yet confirmed by sending on it.
 #[derive(Default)]
 pub struct Sessions {
-    pub previous: Option<Session>,
-    pub current: Option<Session>,
-    pub next: Option<Session>,
+    pub previous: Option<Arc<Session>>,
+    pub current: Option<Arc<Session>>,
+    pub next: Option<Arc<Session>>,
 }
 
 impl Sessions {
-    pub fn by_index_mut(&mut self, local_index: u32) -> Option<(Slot, &mut Session)> {
-        for (slot, s) in [
-            (Slot::Current, &mut self.current),
-            (Slot::Previous, &mut self.previous),
-            (Slot::Next, &mut self.next),
-        ] {
-            if let Some(s) = s.as_mut().filter(|s| s.local_index == local_index) {
-                return Some((slot, s));
-            }
-        }
-        None
+    pub fn by_index(&self, local_index: u32) -> Option<(Slot, &Arc<Session>)> {
+        [
+            (Slot::Current, &self.current),
+            (Slot::Previous, &self.previous),
+            (Slot::Next, &self.next),
+        ]
+        .into_iter()
+        .find_map(|(slot, s)| {
+            s.as_ref()
+                .filter(|s| s.local_index == local_index)
+                .map(|s| (slot, s))
+        })
     }
 
     pub fn indices(&self) -> impl Iterator<Item = u32> + '_ {
