@@ -5,6 +5,8 @@
 //! core behind one lock and do their I/O outside it. The multi-core pipeline replaces the
 //! threads, not the core.
 
+pub mod batch;
+pub mod lane;
 pub mod tun;
 pub mod udp;
 
