@@ -91,9 +91,7 @@ impl<T: Copy + Eq> AllowedIps<T> {
     /// Maps `net` (host bits cleared) to `v`, taking it from any peer that held it.
     pub fn insert(&mut self, net: IpNet, v: T) {
         match net.trunc() {
-            IpNet::V4(n) => self
-                .v4
-                .insert(u32::from(n.addr()) as u128, n.prefix_len(), v),
+            IpNet::V4(n) => self.v4.insert(u32::from(n.addr()) as u128, n.prefix_len(), v),
             IpNet::V6(n) => self.v6.insert(u128::from(n.addr()), n.prefix_len(), v),
         }
     }

@@ -56,12 +56,7 @@ impl CookieChecker {
         constant_time_eq(&mac(&self.mac1_key, &[&msg[..at]]), &msg[at..at + 16])
     }
 
-    fn cookie_for(
-        &mut self,
-        src: &SocketAddr,
-        now: Instant,
-        rng: &mut (impl RngCore + CryptoRng),
-    ) -> [u8; 16] {
+    fn cookie_for(&mut self, src: &SocketAddr, now: Instant, rng: &mut (impl RngCore + CryptoRng)) -> [u8; 16] {
         if self
             .secret_born
             .is_none_or(|b| now.saturating_duration_since(b) >= COOKIE_SECRET_MAX_AGE)
@@ -132,9 +127,7 @@ impl CookieJar {
         self.last_mac1 = Some(m1);
         let at2 = mac2_offset(msg.len());
         let m2 = match self.cookie {
-            Some((c, got)) if now.saturating_duration_since(got) < COOKIE_USE_LIFETIME => {
-                mac(&c, &[&msg[..at2]])
-            }
+            Some((c, got)) if now.saturating_duration_since(got) < COOKIE_USE_LIFETIME => mac(&c, &[&msg[..at2]]),
             _ => [0; 16],
         };
         msg[at2..at2 + 16].copy_from_slice(&m2);
@@ -180,10 +173,7 @@ mod tests {
         msg[0] = 1;
         jar.stamp(&mut msg, now);
         assert!(checker.mac1_valid(&msg));
-        assert!(
-            !checker.mac2_valid(&msg, &src, now, &mut rng),
-            "no cookie yet"
-        );
+        assert!(!checker.mac2_valid(&msg, &src, now, &mut rng), "no cookie yet");
 
         let reply = checker.reply(&msg, &src, now, &mut rng);
         assert!(jar.consume_reply(&reply, now));

@@ -25,9 +25,8 @@ pub fn hash(parts: &[&[u8]]) -> [u8; 32] {
 /// MAC(key, input): keyed BLAKE2s with a 16-byte output. Keys are 32 bytes (mac1, cookie keys)
 /// or 16 bytes (a cookie used as the key of mac2).
 pub fn mac(key: &[u8], parts: &[&[u8]]) -> [u8; 16] {
-    let mut m =
-        <Blake2sMac<blake2::digest::consts::U16> as blake2::digest::KeyInit>::new_from_slice(key)
-            .expect("BLAKE2s accepts keys of 1..=32 bytes");
+    let mut m = <Blake2sMac<blake2::digest::consts::U16> as blake2::digest::KeyInit>::new_from_slice(key)
+        .expect("BLAKE2s accepts keys of 1..=32 bytes");
     for p in parts {
         Update::update(&mut m, p);
     }
@@ -55,10 +54,7 @@ pub fn kdf<const N: usize>(key: &[u8; 32], input: &[u8]) -> [Zeroizing<[u8; 32]>
 }
 
 /// The KDF over any HMAC, so the construction can be checked against RFC 5869's SHA-256 vectors.
-pub(crate) fn kdf_with<M, const L: usize, const N: usize>(
-    key: &[u8],
-    input: &[u8],
-) -> [Zeroizing<[u8; L]>; N]
+pub(crate) fn kdf_with<M, const L: usize, const N: usize>(key: &[u8], input: &[u8]) -> [Zeroizing<[u8; L]>; N]
 where
     M: hmac::Mac + hmac::digest::KeyInit,
 {
@@ -89,9 +85,7 @@ impl Drop for AeadKey {
 impl AeadKey {
     /// Overwrites the key material with the all-zero key.
     fn erase(&mut self) {
-        let blank = LessSafeKey::new(
-            UnboundKey::new(&CHACHA20_POLY1305, &[0u8; 32]).expect("key length is 32"),
-        );
+        let blank = LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &[0u8; 32]).expect("key length is 32"));
         // SAFETY: `self.0` is a valid, aligned LessSafeKey that we own; writing another valid
         // LessSafeKey over it is sound (the old value has no drop glue to skip), and a volatile
         // write cannot be removed as a dead store the way a plain assignment before a drop can.
@@ -132,12 +126,7 @@ impl AeadKey {
 }
 
 /// AEAD(key, counter, plain, aad) returning a fresh ciphertext, for the small handshake fields.
-pub fn aead_seal<const P: usize, const C: usize>(
-    key: &[u8; 32],
-    counter: u64,
-    plain: &[u8; P],
-    aad: &[u8],
-) -> [u8; C] {
+pub fn aead_seal<const P: usize, const C: usize>(key: &[u8; 32], counter: u64, plain: &[u8; P], aad: &[u8]) -> [u8; C] {
     debug_assert_eq!(C, P + TAG_LEN);
     let mut out = [0u8; C];
     out[..P].copy_from_slice(plain);
@@ -174,12 +163,7 @@ pub fn xaead_seal(key: &[u8; 32], nonce: &[u8; 24], plain: &[u8; 16], aad: &[u8]
 }
 
 /// The inverse of [`xaead_seal`].
-pub fn xaead_open(
-    key: &[u8; 32],
-    nonce: &[u8; 24],
-    sealed: &[u8; 32],
-    aad: &[u8],
-) -> Option<[u8; 16]> {
+pub fn xaead_open(key: &[u8; 32], nonce: &[u8; 24], sealed: &[u8; 32], aad: &[u8]) -> Option<[u8; 16]> {
     let cipher = XChaCha20Poly1305::new(key.into());
     let mut buf: [u8; 16] = sealed[..16].try_into().unwrap();
     cipher
@@ -193,10 +177,7 @@ mod tests {
     use super::*;
 
     fn unhex<const N: usize>(s: &str) -> [u8; N] {
-        hex::decode(s.replace([' ', '\n'], ""))
-            .unwrap()
-            .try_into()
-            .unwrap()
+        hex::decode(s.replace([' ', '\n'], "")).unwrap().try_into().unwrap()
     }
 
     #[test]
@@ -214,11 +195,7 @@ mod tests {
         // output. MAC truncates the output length parameter to 16, so check the digest
         // crate's 32-byte keyed variant against the KAT and our MAC for determinism.
         let key: Vec<u8> = (0u8..32).collect();
-        let mut m =
-            <Blake2sMac<blake2::digest::consts::U32> as blake2::digest::KeyInit>::new_from_slice(
-                &key,
-            )
-            .unwrap();
+        let mut m = <Blake2sMac<blake2::digest::consts::U32> as blake2::digest::KeyInit>::new_from_slice(&key).unwrap();
         Update::update(&mut m, b"");
         let out: [u8; 32] = m.finalize_fixed().into();
         assert_eq!(
@@ -245,24 +222,16 @@ mod tests {
 
     #[test]
     fn chacha20poly1305_rfc8439_2_8_2() {
-        let key: [u8; 32] =
-            unhex("808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f");
+        let key: [u8; 32] = unhex("808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f");
         let nonce: [u8; 12] = unhex("070000004041424344454647");
         let aad = hex::decode("50515253c0c1c2c3c4c5c6c7").unwrap();
         let plain = b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the future, sunscreen would be it.";
         let k = LessSafeKey::new(UnboundKey::new(&CHACHA20_POLY1305, &key).unwrap());
         let mut buf = plain.to_vec();
         let tag = k
-            .seal_in_place_separate_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(&aad),
-                &mut buf,
-            )
+            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(&aad), &mut buf)
             .unwrap();
-        assert_eq!(
-            hex::encode(tag.as_ref()),
-            "1ae10b594f09e26a7e902ecbd0600691"
-        );
+        assert_eq!(hex::encode(tag.as_ref()), "1ae10b594f09e26a7e902ecbd0600691");
         assert_eq!(hex::encode(&buf[..16]), "d31a8d34648e60db7b86afbc53ef7ec2");
         // Our wrapper's nonce layout: 4 zero bytes then the little-endian counter.
         let counter = u64::from_le_bytes(nonce[4..].try_into().unwrap());
@@ -274,25 +243,19 @@ mod tests {
         let mut mine = plain.to_vec();
         mine.extend_from_slice(&[0; 16]);
         AeadKey::new(&key).seal_in_place(counter, &aad, &mut mine);
-        let n = AeadKey::new(&key)
-            .open_in_place(counter, &aad, &mut mine)
-            .unwrap();
+        let n = AeadKey::new(&key).open_in_place(counter, &aad, &mut mine).unwrap();
         assert_eq!(&mine[..n], &plain[..]);
     }
 
     #[test]
     fn xchacha20poly1305_draft_vector() {
         // draft-irtf-cfrg-xchacha-03 appendix A.3.1, first 16 bytes of plaintext.
-        let key: [u8; 32] =
-            unhex("808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f");
+        let key: [u8; 32] = unhex("808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f");
         let nonce: [u8; 24] = unhex("404142434445464748494a4b4c4d4e4f5051525354555657");
         let aad = hex::decode("50515253c0c1c2c3c4c5c6c7").unwrap();
         let plain: [u8; 16] = *b"Ladies and Gentl";
         let sealed = xaead_seal(&key, &nonce, &plain, &aad);
-        assert_eq!(
-            hex::encode(&sealed[..16]),
-            "bd6d179d3e83d43b9576579493c0e939"
-        );
+        assert_eq!(hex::encode(&sealed[..16]), "bd6d179d3e83d43b9576579493c0e939");
         assert_eq!(xaead_open(&key, &nonce, &sealed, &aad), Some(plain));
         let mut bad = sealed;
         bad[31] ^= 1;

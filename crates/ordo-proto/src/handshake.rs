@@ -154,14 +154,12 @@ pub fn consume_initiation(
     let h = hash(&[&h, &msg.ephemeral]);
     let es = dh(&me.secret, &msg.ephemeral).ok_or(HandshakeError::WeakKey)?;
     let [ck, k] = kdf::<2>(&ck, &es[..]);
-    let initiator =
-        aead_open::<32, 48>(&k, 0, &msg.encrypted_static, &h).ok_or(HandshakeError::Decrypt)?;
+    let initiator = aead_open::<32, 48>(&k, 0, &msg.encrypted_static, &h).ok_or(HandshakeError::Decrypt)?;
     let initiator = PublicKey(*initiator);
     let h = hash(&[&h, &msg.encrypted_static]);
     let ss = static_static_of(&initiator).ok_or(HandshakeError::UnknownPeer)?;
     let [ck, k] = kdf::<2>(&ck, &ss[..]);
-    let timestamp =
-        aead_open::<12, 28>(&k, 0, &msg.encrypted_timestamp, &h).ok_or(HandshakeError::Decrypt)?;
+    let timestamp = aead_open::<12, 28>(&k, 0, &msg.encrypted_timestamp, &h).ok_or(HandshakeError::Decrypt)?;
     let h = hash(&[&h, &msg.encrypted_timestamp]);
     Ok(ConsumedInitiation {
         initiator,
@@ -244,18 +242,13 @@ mod tests {
         Identity::new(PrivateKey::from_bytes([seed; 32]))
     }
 
-    fn run(
-        psk_i: &PresharedKey,
-        psk_r: &PresharedKey,
-    ) -> Result<(SessionKeys, SessionKeys), HandshakeError> {
+    fn run(psk_i: &PresharedKey, psk_r: &PresharedKey) -> Result<(SessionKeys, SessionKeys), HandshakeError> {
         let mut rng = StdRng::seed_from_u64(1);
         let (i, r) = (pair(1), pair(2));
         let ss = i.static_static(&r.public).unwrap();
         let ts = tai64n(SystemTime::now());
         let (init, state) = create_initiation(&i, &r.public, &ss, 11, ts, &mut rng)?;
-        let consumed = consume_initiation(&r, &init, |k| {
-            (*k == i.public).then(|| r.static_static(k).unwrap())
-        })?;
+        let consumed = consume_initiation(&r, &init, |k| (*k == i.public).then(|| r.static_static(k).unwrap()))?;
         assert_eq!(consumed.initiator, i.public);
         assert_eq!(consumed.timestamp, ts);
         let (resp, rkeys) = create_response(&consumed, psk_r, 22, &mut rng)?;
@@ -309,14 +302,8 @@ mod tests {
     fn tai64n_orders_and_rounds() {
         let t0 = UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
         let a = tai64n(t0);
-        assert_eq!(
-            &a[..8],
-            &(0x4000_0000_0000_000a_u64 + 1_700_000_000).to_be_bytes()
-        );
-        assert_eq!(
-            u32::from_be_bytes(a[8..].try_into().unwrap()) & 0x00ff_ffff,
-            0
-        );
+        assert_eq!(&a[..8], &(0x4000_0000_0000_000a_u64 + 1_700_000_000).to_be_bytes());
+        assert_eq!(u32::from_be_bytes(a[8..].try_into().unwrap()) & 0x00ff_ffff, 0);
         assert!(tai64n(t0 + Duration::from_secs(1)) > a);
     }
 

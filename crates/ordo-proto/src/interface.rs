@@ -16,8 +16,8 @@ use crate::peer::{Peer, PeerId, Slot, MAX_STAGED_PACKETS};
 use crate::ratelimiter::RateLimiter;
 use crate::session::Session;
 use crate::timers::{
-    INITIATION_MIN_INTERVAL, MAX_HANDSHAKE_ATTEMPTS, MAX_JITTER_MS, REKEY_AFTER_MESSAGES,
-    REKEY_AFTER_TIME, REKEY_ON_RECEIVE_AGE, REKEY_TIMEOUT,
+    INITIATION_MIN_INTERVAL, MAX_HANDSHAKE_ATTEMPTS, MAX_JITTER_MS, REKEY_AFTER_MESSAGES, REKEY_AFTER_TIME,
+    REKEY_ON_RECEIVE_AGE, REKEY_TIMEOUT,
 };
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -274,10 +274,7 @@ impl Interface {
             return;
         }
         self.identity = key.map(Identity::new);
-        self.checker = self
-            .identity
-            .as_ref()
-            .map(|i| CookieChecker::new(&i.public));
+        self.checker = self.identity.as_ref().map(|i| CookieChecker::new(&i.public));
         if let Some(me) = self.public_key() {
             if let Some(id) = self.by_key.get(&me).copied() {
                 self.remove_peer(id);
@@ -396,13 +393,7 @@ impl Interface {
     // ---- the data path -------------------------------------------------------------------
 
     /// Processes one datagram from `src`, decrypting in place.
-    pub fn receive(
-        &mut self,
-        now: Instant,
-        wall: SystemTime,
-        src: SocketAddr,
-        buf: &mut [u8],
-    ) -> Received {
+    pub fn receive(&mut self, now: Instant, wall: SystemTime, src: SocketAddr, buf: &mut [u8]) -> Received {
         let r = match messages::classify(buf) {
             None => Err(DropReason::Malformed),
             Some(Kind::Data) => self.receive_data(now, wall, src, buf),
@@ -424,15 +415,11 @@ impl Interface {
         buf: &mut [u8],
     ) -> Result<Received, DropReason> {
         let receiver = messages::DataHeader::parse(buf).receiver;
-        let (id, session) = self
-            .receiving_session(receiver)
-            .ok_or(DropReason::UnknownReceiver)?;
+        let (id, session) = self.receiving_session(receiver).ok_or(DropReason::UnknownReceiver)?;
         if session.expired(now) {
             return Err(DropReason::ExpiredSession);
         }
-        let (counter, len) = session
-            .open_in_place(buf)
-            .map_err(|_| DropReason::DecryptFailed)?;
+        let (counter, len) = session.open_in_place(buf).map_err(|_| DropReason::DecryptFailed)?;
         let plain = &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + len];
         // accept_data counts its own drops; do not count them twice.
         match self.accept_data_inner(now, wall, src, id, &session, counter, buf.len(), plain)? {
@@ -500,11 +487,7 @@ impl Interface {
             .by_index(session.local_index)
             .filter(|(_, s)| Arc::ptr_eq(s, session))
             .ok_or(DropReason::UnknownReceiver)?;
-        let slot = peer
-            .sessions
-            .by_index(session.local_index)
-            .expect("just found")
-            .0;
+        let slot = peer.sessions.by_index(session.local_index).expect("just found").0;
         if session.expired(now) {
             return Err(DropReason::ExpiredSession);
         }
@@ -530,9 +513,7 @@ impl Interface {
         if self.allowed_ips.lookup(header.src) != Some(id) {
             return Err(DropReason::AllowedIpsMismatch);
         }
-        Ok(Accepted::Packet {
-            len: header.total_len,
-        })
+        Ok(Accepted::Packet { len: header.total_len })
     }
 
     /// The initiator sent on the session we answered: it becomes current (key confirmation).
@@ -559,9 +540,11 @@ impl Interface {
 
     fn keep_key_fresh_on_receive(&mut self, id: PeerId, now: Instant, wall: SystemTime) {
         let peer = self.peers.get_mut(&id).expect("peer exists");
-        let stale = peer.sessions.current.as_ref().is_some_and(|s| {
-            s.we_initiated && now.saturating_duration_since(s.born) >= REKEY_ON_RECEIVE_AGE
-        });
+        let stale = peer
+            .sessions
+            .current
+            .as_ref()
+            .is_some_and(|s| s.we_initiated && now.saturating_duration_since(s.born) >= REKEY_ON_RECEIVE_AGE);
         if stale && !peer.sent_lastminute_handshake {
             peer.sent_lastminute_handshake = true;
             self.initiate(id, now, wall, false);
@@ -597,20 +580,14 @@ impl Interface {
     /// The peer an outgoing packet goes to: cryptokey routing on its destination.
     pub fn route(&self, packet: &[u8]) -> Result<PeerId, DropReason> {
         let header = packet::parse(packet).ok_or(DropReason::OutgoingMalformed)?;
-        self.allowed_ips
-            .lookup(header.dst)
-            .ok_or(DropReason::NoRoute)
+        self.allowed_ips.lookup(header.dst).ok_or(DropReason::NoRoute)
     }
 
     /// The session and endpoint to send to the peer with now; Ok(None) if a handshake is
     /// needed first (then use [`Self::stage_and_initiate`]). The data plane seals with it
     /// outside the lock ([`Session::reserve`], [`seal_packet`]) and then reports what it sent
     /// ([`Self::after_send`]).
-    pub fn sending_session(
-        &self,
-        now: Instant,
-        id: PeerId,
-    ) -> Result<Option<(Arc<Session>, SocketAddr)>, DropReason> {
+    pub fn sending_session(&self, now: Instant, id: PeerId) -> Result<Option<(Arc<Session>, SocketAddr)>, DropReason> {
         let peer = self.peers.get(&id).ok_or(DropReason::NoRoute)?;
         let to = peer.endpoint.ok_or(DropReason::NoEndpoint)?;
         Ok(peer
@@ -623,13 +600,7 @@ impl Interface {
 
     /// Queues a packet until the peer has a session, and starts a handshake if none is under
     /// way (at most one per REKEY_TIMEOUT).
-    pub fn stage_and_initiate(
-        &mut self,
-        now: Instant,
-        wall: SystemTime,
-        id: PeerId,
-        packet: Vec<u8>,
-    ) {
+    pub fn stage_and_initiate(&mut self, now: Instant, wall: SystemTime, id: PeerId, packet: Vec<u8>) {
         if self.peers.contains_key(&id) {
             self.stage(id, packet);
             self.initiate(id, now, wall, false);
@@ -653,8 +624,7 @@ impl Interface {
             return;
         };
         let rekey = session.send_counter() > REKEY_AFTER_MESSAGES
-            || (session.we_initiated
-                && now.saturating_duration_since(session.born) >= REKEY_AFTER_TIME);
+            || (session.we_initiated && now.saturating_duration_since(session.born) >= REKEY_AFTER_TIME);
         peer.tx_bytes += bytes;
         peer.timers.any_authenticated_packet_traversal(now);
         peer.timers.any_authenticated_packet_sent();
@@ -687,31 +657,14 @@ impl Interface {
     ) -> Result<usize, DropReason> {
         let counter = session.reserve(1).ok_or(DropReason::ExpiredSession)?;
         let len = seal_packet(session, counter, packet, self.mtu, out)?;
-        self.after_send(
-            now,
-            wall,
-            id,
-            session,
-            len as u64,
-            !packet.is_empty() as u64,
-        );
+        self.after_send(now, wall, id, session, len as u64, !packet.is_empty() as u64);
         Ok(len)
     }
 
     /// Sends what waited for the handshake, or a keepalive to confirm the session.
     fn flush_staged(&mut self, id: PeerId, now: Instant, wall: SystemTime) {
-        let staged: Vec<Vec<u8>> = self
-            .peers
-            .get_mut(&id)
-            .expect("peer exists")
-            .staged
-            .drain(..)
-            .collect();
-        let packets = if staged.is_empty() {
-            vec![Vec::new()]
-        } else {
-            staged
-        };
+        let staged: Vec<Vec<u8>> = self.peers.get_mut(&id).expect("peer exists").staged.drain(..).collect();
+        let packets = if staged.is_empty() { vec![Vec::new()] } else { staged };
         for p in packets {
             self.send_control_data(id, now, wall, &p);
         }
@@ -773,11 +726,7 @@ impl Interface {
         {
             return;
         }
-        let (Some(ss), Some(to), true) = (
-            peer.static_static.clone(),
-            peer.endpoint,
-            self.identity.is_some(),
-        ) else {
+        let (Some(ss), Some(to), true) = (peer.static_static.clone(), peer.endpoint, self.identity.is_some()) else {
             return;
         };
         let remote = peer.public_key;
@@ -786,14 +735,9 @@ impl Interface {
         }
         let index = self.fresh_index(id);
         let me = self.identity.as_ref().expect("checked above");
-        let Ok((msg, state)) = handshake::create_initiation(
-            me,
-            &remote,
-            &ss,
-            index,
-            handshake::tai64n(wall),
-            &mut self.rng,
-        ) else {
+        let Ok((msg, state)) =
+            handshake::create_initiation(me, &remote, &ss, index, handshake::tai64n(wall), &mut self.rng)
+        else {
             self.indices.remove(&index);
             return;
         };
@@ -853,12 +797,7 @@ impl Interface {
         Ok(None)
     }
 
-    fn receive_initiation(
-        &mut self,
-        now: Instant,
-        src: SocketAddr,
-        buf: &[u8],
-    ) -> Result<Received, DropReason> {
+    fn receive_initiation(&mut self, now: Instant, src: SocketAddr, buf: &[u8]) -> Result<Received, DropReason> {
         if let Some(r) = self.check_handshake_macs(now, src, buf)? {
             return Ok(r);
         }
@@ -871,10 +810,7 @@ impl Interface {
         .map_err(handshake_drop)?;
         let id = self.by_key[&consumed.initiator];
         let peer = self.peers.get_mut(&id).expect("peer exists");
-        if peer
-            .latest_timestamp
-            .is_some_and(|t| consumed.timestamp <= t)
-        {
+        if peer.latest_timestamp.is_some_and(|t| consumed.timestamp <= t) {
             return Err(DropReason::HandshakeReplay);
         }
         if peer
@@ -906,10 +842,7 @@ impl Interface {
         peer.timers.any_authenticated_packet_traversal(now);
         peer.timers.any_authenticated_packet_sent();
         peer.timers.session_derived(now);
-        let old_next = peer
-            .sessions
-            .next
-            .replace(Arc::new(Session::new(&keys, now)));
+        let old_next = peer.sessions.next.replace(Arc::new(Session::new(&keys, now)));
         let old_previous = peer.sessions.previous.take();
         for s in [old_next, old_previous].into_iter().flatten() {
             self.indices.remove(&s.local_index);
@@ -929,22 +862,15 @@ impl Interface {
             return Ok(r);
         }
         let msg = Response::parse(buf.try_into().expect("classified by length"));
-        let id = *self
-            .indices
-            .get(&msg.receiver)
-            .ok_or(DropReason::UnexpectedHandshake)?;
+        let id = *self.indices.get(&msg.receiver).ok_or(DropReason::UnexpectedHandshake)?;
         let me = self.identity.as_ref().ok_or(DropReason::NoPrivateKey)?;
-        let peer = self
-            .peers
-            .get_mut(&id)
-            .ok_or(DropReason::UnexpectedHandshake)?;
+        let peer = self.peers.get_mut(&id).ok_or(DropReason::UnexpectedHandshake)?;
         let state = peer
             .handshake
             .as_ref()
             .filter(|h| h.local_index == msg.receiver)
             .ok_or(DropReason::UnexpectedHandshake)?;
-        let keys = handshake::consume_response(me, state, &peer.preshared_key, &msg)
-            .map_err(handshake_drop)?;
+        let keys = handshake::consume_response(me, state, &peer.preshared_key, &msg).map_err(handshake_drop)?;
         peer.handshake = None;
         peer.endpoint = Some(src);
         peer.rx_bytes += buf.len() as u64;
@@ -976,14 +902,8 @@ impl Interface {
 
     fn receive_cookie_reply(&mut self, now: Instant, buf: &[u8]) -> Result<Received, DropReason> {
         let msg = CookieReply::parse(buf.try_into().expect("classified by length"));
-        let id = *self
-            .indices
-            .get(&msg.receiver)
-            .ok_or(DropReason::UnexpectedHandshake)?;
-        let peer = self
-            .peers
-            .get_mut(&id)
-            .ok_or(DropReason::UnexpectedHandshake)?;
+        let id = *self.indices.get(&msg.receiver).ok_or(DropReason::UnexpectedHandshake)?;
+        let peer = self.peers.get_mut(&id).ok_or(DropReason::UnexpectedHandshake)?;
         if !peer.cookie.consume_reply(&msg, now) {
             return Err(DropReason::UnexpectedHandshake);
         }
@@ -997,12 +917,7 @@ impl Interface {
     pub fn tick(&mut self, now: Instant, wall: SystemTime) {
         let ids: Vec<PeerId> = self.peers.keys().copied().collect();
         for id in ids {
-            let e = self
-                .peers
-                .get_mut(&id)
-                .expect("peer exists")
-                .timers
-                .expired(now);
+            let e = self.peers.get_mut(&id).expect("peer exists").timers.expired(now);
             if !e.any() {
                 continue;
             }
@@ -1016,11 +931,7 @@ impl Interface {
                     if let Some(h) = peer.handshake.take() {
                         self.indices.remove(&h.local_index);
                     }
-                    *self
-                        .stats
-                        .drops
-                        .entry(DropReason::StagedOverflow)
-                        .or_default() += lost;
+                    *self.stats.drops.entry(DropReason::StagedOverflow).or_default() += lost;
                 } else {
                     peer.handshake_attempts += 1;
                     self.initiate(id, now, wall, true);
@@ -1052,10 +963,7 @@ impl Interface {
 
     /// The earliest timer deadline of any peer.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.peers
-            .values()
-            .filter_map(|p| p.timers.next_deadline())
-            .min()
+        self.peers.values().filter_map(|p| p.timers.next_deadline()).min()
     }
 
     /// Erases the peer's sessions and pending handshake.
@@ -1076,11 +984,7 @@ impl Interface {
     /// (2^60 and 2^64 - 2^13) can be reached without sending that many packets.
     #[doc(hidden)]
     pub fn set_send_counter_for_test(&mut self, id: PeerId, counter: u64) {
-        if let Some(s) = self
-            .peers
-            .get_mut(&id)
-            .and_then(|p| p.sessions.current.as_mut())
-        {
+        if let Some(s) = self.peers.get_mut(&id).and_then(|p| p.sessions.current.as_mut()) {
             s.set_send_counter_for_test(counter);
         }
     }

@@ -200,11 +200,10 @@ mod tests {
     #[test]
     fn public_key_matches_rfc7748_alice() {
         // RFC 7748 section 6.1: Alice's private and public keys.
-        let sk: [u8; 32] =
-            hex::decode("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
-                .unwrap()
-                .try_into()
-                .unwrap();
+        let sk: [u8; 32] = hex::decode("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
+            .unwrap()
+            .try_into()
+            .unwrap();
         let pk = PrivateKey::from_bytes(sk).public_key();
         assert_eq!(
             hex::encode(pk.0),

@@ -202,10 +202,7 @@ mod tests {
             encrypted_cookie: [2; 32],
         };
         let p = CookieReply::parse(&c.write());
-        assert_eq!(
-            (p.receiver, p.nonce, p.encrypted_cookie),
-            (9, [1; 24], [2; 32])
-        );
+        assert_eq!((p.receiver, p.nonce, p.encrypted_cookie), (9, [1; 24], [2; 32]));
         let mut d = [0u8; 16];
         DataHeader {
             receiver: 7,

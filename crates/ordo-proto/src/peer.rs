@@ -37,11 +37,7 @@ impl Sessions {
             (Slot::Next, &self.next),
         ]
         .into_iter()
-        .find_map(|(slot, s)| {
-            s.as_ref()
-                .filter(|s| s.local_index == local_index)
-                .map(|s| (slot, s))
-        })
+        .find_map(|(slot, s)| s.as_ref().filter(|s| s.local_index == local_index).map(|s| (slot, s)))
     }
 
     pub fn indices(&self) -> impl Iterator<Item = u32> + '_ {
@@ -114,10 +110,7 @@ impl Peer {
 
     /// True when a session can carry data now.
     pub fn has_session(&self, now: Instant) -> bool {
-        self.sessions
-            .current
-            .as_ref()
-            .is_some_and(|s| s.can_send(now))
+        self.sessions.current.as_ref().is_some_and(|s| s.can_send(now))
     }
 
     /// Packets waiting for a handshake.

@@ -36,8 +36,7 @@ impl RateLimiter {
             }
         }
         let (tokens, last) = self.buckets.entry(k).or_insert((BURST, now));
-        *tokens =
-            (*tokens + now.saturating_duration_since(*last).as_secs_f64() * PER_SECOND).min(BURST);
+        *tokens = (*tokens + now.saturating_duration_since(*last).as_secs_f64() * PER_SECOND).min(BURST);
         *last = now;
         if *tokens >= 1.0 {
             *tokens -= 1.0;

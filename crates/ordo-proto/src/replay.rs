@@ -68,10 +68,7 @@ mod tests {
         assert!(w.accept(1));
         assert!(!w.accept(1));
         assert!(w.accept(10_000));
-        assert!(
-            w.accept(10_000 - WINDOW + 1),
-            "oldest counter still inside the window"
-        );
+        assert!(w.accept(10_000 - WINDOW + 1), "oldest counter still inside the window");
         assert!(!w.accept(10_000 - WINDOW - 1), "left of the window");
         assert!(!w.accept(REJECT_AFTER_MESSAGES));
         assert!(w.accept(REJECT_AFTER_MESSAGES - 1));

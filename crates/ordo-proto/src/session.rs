@@ -75,8 +75,7 @@ impl Session {
             counter,
         }
         .write(out);
-        self.send
-            .seal_in_place(counter, &[], &mut out[DATA_HEADER_LEN..total]);
+        self.send.seal_in_place(counter, &[], &mut out[DATA_HEADER_LEN..total]);
         total
     }
 
@@ -94,10 +93,7 @@ impl Session {
 
     /// Accepts an authenticated counter exactly once (the replay window).
     pub fn accept_counter(&self, counter: u64) -> bool {
-        self.replay
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .accept(counter)
+        self.replay.lock().unwrap_or_else(|p| p.into_inner()).accept(counter)
     }
 }
 
@@ -121,10 +117,7 @@ mod tests {
             remote_index: 2,
             we_initiated: we,
         };
-        (
-            Session::new(&k(1, 2, true), now),
-            Session::new(&k(2, 1, false), now),
-        )
+        (Session::new(&k(1, 2, true), now), Session::new(&k(2, 1, false), now))
     }
 
     #[test]

@@ -178,9 +178,7 @@ mod tests {
         let t0 = Instant::now();
         let mut t = Timers::default();
         t.data_received(t0);
-        assert!(!t
-            .expired(t0 + KEEPALIVE_TIMEOUT - Duration::from_millis(1))
-            .any());
+        assert!(!t.expired(t0 + KEEPALIVE_TIMEOUT - Duration::from_millis(1)).any());
         assert!(t.expired(t0 + KEEPALIVE_TIMEOUT).send_keepalive);
         t.data_received(t0);
         t.any_authenticated_packet_sent();
@@ -205,10 +203,7 @@ mod tests {
         let t0 = Instant::now();
         let mut t = Timers::default();
         t.set_persistent_interval(t0, Duration::from_secs(25));
-        assert!(
-            t.expired(t0).persistent_keepalive,
-            "fires at once when configured"
-        );
+        assert!(t.expired(t0).persistent_keepalive, "fires at once when configured");
         t.any_authenticated_packet_traversal(t0);
         assert!(!t.expired(t0 + Duration::from_secs(24)).any());
         assert!(t.expired(t0 + Duration::from_secs(25)).persistent_keepalive);

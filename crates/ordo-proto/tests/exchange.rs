@@ -2,9 +2,7 @@
 //! handshake, transport, and every timer of the whitepaper, with no socket and no sleep.
 
 use ordo_proto::timers::*;
-use ordo_proto::{
-    DropReason, Interface, PeerId, PresharedKey, PrivateKey, Received, Sent, SEND_HEADROOM,
-};
+use ordo_proto::{DropReason, Interface, PeerId, PresharedKey, PrivateKey, Received, Sent, SEND_HEADROOM};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use std::net::SocketAddr;
@@ -247,10 +245,7 @@ fn tampered_data_is_dropped_and_does_not_move_the_window() {
     let real = n.wire_from_a.last().unwrap().clone();
     let mut forged = real.clone();
     *forged.last_mut().unwrap() ^= 1;
-    assert_eq!(
-        n.deliver(true, forged),
-        Received::Dropped(DropReason::DecryptFailed)
-    );
+    assert_eq!(n.deliver(true, forged), Received::Dropped(DropReason::DecryptFailed));
     assert!(
         matches!(n.deliver(true, real), Received::Packet { .. }),
         "the authentic packet still arrives"
@@ -287,10 +282,7 @@ fn replayed_initiation_is_refused() {
     let mut n = established();
     let init = n.wire_from_a.iter().find(|d| d[0] == 1).unwrap().clone();
     n.advance(Duration::from_secs(1));
-    assert_eq!(
-        n.deliver(true, init),
-        Received::Dropped(DropReason::HandshakeReplay)
-    );
+    assert_eq!(n.deliver(true, init), Received::Dropped(DropReason::HandshakeReplay));
 }
 
 #[test]
@@ -309,10 +301,7 @@ fn initiation_flood_is_refused_within_20ms() {
     n2.now = n.now + Duration::from_secs(1); // newer timestamp
     n2.send(true, b"x");
     let second = n2.wire_from_a[0].clone();
-    assert_eq!(
-        n.deliver(true, second),
-        Received::Dropped(DropReason::HandshakeFlood)
-    );
+    assert_eq!(n.deliver(true, second), Received::Dropped(DropReason::HandshakeFlood));
 }
 
 #[test]
@@ -323,11 +312,7 @@ fn keepalive_when_data_received_and_nothing_sent() {
     assert_eq!(n.wire_from_b.len(), before);
     n.advance(Duration::from_millis(1));
     let ka = &n.wire_from_b[before];
-    assert_eq!(
-        (ka[0], ka.len()),
-        (4, 32),
-        "a keepalive is an empty data message"
-    );
+    assert_eq!((ka[0], ka.len()), (4, 32), "a keepalive is an empty data message");
 }
 
 #[test]
@@ -359,11 +344,7 @@ fn handshake_retransmits_then_gives_up() {
         1 + MAX_HANDSHAKE_ATTEMPTS as usize,
         "retries stop after REKEY_ATTEMPT_TIME"
     );
-    assert_eq!(
-        n.a.peer(n.pa).unwrap().staged_len(),
-        0,
-        "what waited is dropped"
-    );
+    assert_eq!(n.a.peer(n.pa).unwrap().staged_len(), 0, "what waited is dropped");
     assert_eq!(n.a.stats.dropped(DropReason::StagedOverflow), 1);
 }
 
@@ -386,11 +367,7 @@ fn initiator_rekeys_after_rekey_after_time_and_responder_does_not() {
     n.now += REKEY_AFTER_TIME;
     let (ia, ib) = (n.initiations_from_a(), n.initiations_from_b());
     n.send(false, b"from responder");
-    assert_eq!(
-        n.initiations_from_b(),
-        ib,
-        "only the initiator rekeys on time"
-    );
+    assert_eq!(n.initiations_from_b(), ib, "only the initiator rekeys on time");
     n.send(true, b"from initiator");
     assert_eq!(n.initiations_from_a(), ia + 1);
     assert_eq!(n.a.stats.handshakes_completed, 2);
@@ -415,10 +392,7 @@ fn sessions_expire_after_reject_after_time() {
     n.send(true, b"old");
     let old = n.wire_from_a.last().unwrap().clone();
     n.now += REJECT_AFTER_TIME;
-    assert_eq!(
-        n.deliver(true, old),
-        Received::Dropped(DropReason::ExpiredSession)
-    );
+    assert_eq!(n.deliver(true, old), Received::Dropped(DropReason::ExpiredSession));
     n.b_reachable = true;
     assert!(
         matches!(n.send(true, b"x"), Sent::Staged(_)),
@@ -452,17 +426,10 @@ fn keys_are_erased_after_three_reject_times() {
     for _ in 0..(REJECT_AFTER_TIME * 3).as_secs() - 1 {
         n.advance(Duration::from_secs(1));
     }
-    assert!(
-        n.a.index_count() > 0,
-        "keys live until 3 x REJECT_AFTER_TIME"
-    );
+    assert!(n.a.index_count() > 0, "keys live until 3 x REJECT_AFTER_TIME");
     n.advance(Duration::from_secs(1));
     assert!(!n.a.peer(id).unwrap().has_session(n.now));
-    assert_eq!(
-        n.a.index_count(),
-        0,
-        "all receiver indices are forgotten with the keys"
-    );
+    assert_eq!(n.a.index_count(), 0, "all receiver indices are forgotten with the keys");
 }
 
 #[test]
@@ -470,16 +437,8 @@ fn persistent_keepalive_starts_a_handshake_and_then_keeps_the_path_warm() {
     let mut n = Net::new(None);
     n.a.set_persistent_keepalive(n.pa, 25, n.now);
     n.advance(Duration::from_millis(1));
-    assert_eq!(
-        n.a.stats.handshakes_completed, 1,
-        "the first keepalive needs a session"
-    );
-    let count = |n: &Net| {
-        n.wire_from_a
-            .iter()
-            .filter(|d| d[0] == 4 && d.len() == 32)
-            .count()
-    };
+    assert_eq!(n.a.stats.handshakes_completed, 1, "the first keepalive needs a session");
+    let count = |n: &Net| n.wire_from_a.iter().filter(|d| d[0] == 4 && d.len() == 32).count();
     let k0 = count(&n);
     n.advance(Duration::from_secs(25));
     assert_eq!(count(&n), k0 + 1);

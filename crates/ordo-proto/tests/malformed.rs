@@ -13,10 +13,7 @@ fn pair() -> (Interface, Interface, PeerId, Instant) {
     let now = Instant::now();
     let mut a = Interface::with_rng(now, ChaCha20Rng::seed_from_u64(1));
     let mut b = Interface::with_rng(now, ChaCha20Rng::seed_from_u64(2));
-    let (ka, kb) = (
-        PrivateKey::from_bytes([1; 32]),
-        PrivateKey::from_bytes([2; 32]),
-    );
+    let (ka, kb) = (PrivateKey::from_bytes([1; 32]), PrivateKey::from_bytes([2; 32]));
     let (pa, pb) = (ka.public_key(), kb.public_key());
     a.set_private_key(Some(ka));
     b.set_private_key(Some(kb));
@@ -33,19 +30,11 @@ fn pair() -> (Interface, Interface, PeerId, Instant) {
 /// with `flip`, and delivers it to the side that expects it. Returns what that side did.
 fn deliver_flipped(which: usize, flip: impl FnOnce(&mut Vec<u8>)) -> Received {
     let (mut a, mut b, _, now) = pair();
-    let (from_a, from_b): (SocketAddr, SocketAddr) = (
-        "192.0.2.1:1".parse().unwrap(),
-        "192.0.2.2:1".parse().unwrap(),
-    );
-    let mut p = vec![
-        0x45u8, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-    ];
+    let (from_a, from_b): (SocketAddr, SocketAddr) = ("192.0.2.1:1".parse().unwrap(), "192.0.2.2:1".parse().unwrap());
+    let mut p = vec![0x45u8, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
     p.extend_from_slice(&[0; 8]);
     let mut out = vec![0u8; p.len() + SEND_HEADROOM];
-    assert!(matches!(
-        a.send(now, UNIX_EPOCH, &p, &mut out),
-        Sent::Staged(_)
-    ));
+    assert!(matches!(a.send(now, UNIX_EPOCH, &p, &mut out), Sent::Staged(_)));
     let mut init = a.poll_transmit().unwrap().payload;
     if which == 0 {
         flip(&mut init);
@@ -79,10 +68,7 @@ fn unflipped_messages_are_accepted() {
     // The control for the property below: the same scenario without a flip goes through.
     assert!(matches!(deliver_flipped(0, |_| {}), Received::Handshake(_)));
     assert!(matches!(deliver_flipped(1, |_| {}), Received::Handshake(_)));
-    assert!(matches!(
-        deliver_flipped(2, |_| {}),
-        Received::Packet { .. }
-    ));
+    assert!(matches!(deliver_flipped(2, |_| {}), Received::Packet { .. }));
 }
 
 proptest! {

@@ -82,8 +82,7 @@ pub fn drop_privileges() -> Result<()> {
         .collect();
     for c in caps::all() {
         if !keep.contains(&c) {
-            caps::drop(None, CapSet::Bounding, c)
-                .with_context(|| format!("dropping {c} from the bounding set"))?;
+            caps::drop(None, CapSet::Bounding, c).with_context(|| format!("dropping {c} from the bounding set"))?;
         }
     }
     caps::set(None, CapSet::Inheritable, &CapsHashSet::new())?;
@@ -91,10 +90,7 @@ pub fn drop_privileges() -> Result<()> {
     caps::set(None, CapSet::Permitted, &keep)?;
     // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1) only sets a flag on this process.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        bail!(
-            "prctl(PR_SET_NO_NEW_PRIVS): {}",
-            std::io::Error::last_os_error()
-        );
+        bail!("prctl(PR_SET_NO_NEW_PRIVS): {}", std::io::Error::last_os_error());
     }
     Ok(())
 }
@@ -102,17 +98,16 @@ pub fn drop_privileges() -> Result<()> {
 /// Runs the interface until it is deleted, its socket removed, or a signal arrives.
 pub fn run(ifname: &str, keep_privileges: bool) -> Result<()> {
     let device =
-        Device::create(ifname).with_context(|| format!("cannot create interface {ifname}"))?;
+        Device::create(ifname, workers_from_env()).with_context(|| format!("cannot create interface {ifname}"))?;
     if std::env::var_os(UNDER_LOAD_ENV).is_some() {
         eprintln!("ordo[{ifname}]: {UNDER_LOAD_ENV} is set: every handshake without a valid mac2 gets a cookie reply");
         device.core().force_under_load = true;
     }
-    let (listener, path) = uapi::listen(ifname)
-        .with_context(|| format!("cannot create the UAPI socket for {ifname}"))?;
+    let (listener, path) =
+        uapi::listen(ifname).with_context(|| format!("cannot create the UAPI socket for {ifname}"))?;
     *device.uapi_path.lock().unwrap() = Some(path.clone());
     if !keep_privileges {
-        drop_privileges()
-            .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
+        drop_privileges().context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
     }
     device.start();
     let d = device.clone();
@@ -120,21 +115,25 @@ pub fn run(ifname: &str, keep_privileges: bool) -> Result<()> {
         .name("ordo-uapi-listen".into())
         .spawn(move || uapi::serve(d, listener))?;
     let d = device.clone();
-    let mut signals =
-        signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
-    std::thread::Builder::new()
-        .name("ordo-signals".into())
-        .spawn(move || {
-            if let Some(s) = signals.forever().next() {
-                d.shutdown(&format!("signal {s}"));
-            }
-        })?;
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
+    std::thread::Builder::new().name("ordo-signals".into()).spawn(move || {
+        if let Some(s) = signals.forever().next() {
+            d.shutdown(&format!("signal {s}"));
+        }
+    })?;
     report_ready()?;
-    eprintln!(
-        "ordo[{ifname}]: up, listening on UDP port {}",
-        device.listen_port()
-    );
+    eprintln!("ordo[{ifname}]: up, listening on UDP port {}", device.listen_port());
     device.wait();
     let _ = std::fs::remove_file(&path);
     Ok(())
+}
+
+/// Worker threads from $ORDO_WORKERS (0 or unset: one per available core). The xplatform
+/// command line is fixed by wg-quick (`ordo IFNAME`), so tuning comes from the environment,
+/// as boringtun's WG_THREADS does.
+fn workers_from_env() -> usize {
+    std::env::var("ORDO_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }

@@ -97,10 +97,7 @@ fn run(cli: Cli) -> Result<()> {
                 Some(n) => vec![n],
                 None => uapi::client::list_interfaces(),
             };
-            let shows = names
-                .iter()
-                .map(|n| show::fetch(n))
-                .collect::<Result<Vec<_>>>()?;
+            let shows = names.iter().map(|n| show::fetch(n)).collect::<Result<Vec<_>>>()?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&shows)?);
             } else {
@@ -116,9 +113,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Pubkey => {
             let mut s = zeroize::Zeroizing::new(String::new());
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .context("reading stdin")?;
+            std::io::stdin().read_to_string(&mut s).context("reading stdin")?;
             let Ok(k) = ordo_proto::PrivateKey::from_base64(s.trim()) else {
                 bail!("stdin is not a base64 private key")
             };

@@ -9,18 +9,12 @@ use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::{Handle, IpVersion, LinkUnspec, RouteMessageBuilder, RuleAddRequest};
 use std::net::IpAddr;
 
-async fn exec_rule<T>(
-    mut r: RuleAddRequest<T>,
-    invert: bool,
-    suppress_default: bool,
-) -> Result<(), rtnetlink::Error> {
+async fn exec_rule<T>(mut r: RuleAddRequest<T>, invert: bool, suppress_default: bool) -> Result<(), rtnetlink::Error> {
     if invert {
         r.message_mut().header.flags |= RuleFlags::Invert;
     }
     if suppress_default {
-        r.message_mut()
-            .attributes
-            .push(RuleAttribute::SuppressPrefixLen(0));
+        r.message_mut().attributes.push(RuleAttribute::SuppressPrefixLen(0));
     }
     r.execute().await
 }
@@ -34,9 +28,7 @@ pub struct Netlink {
 
 impl Netlink {
     pub fn open() -> Result<Netlink> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let handle = rt.block_on(async {
             let (conn, handle, _) = rtnetlink::new_connection()?;
             tokio::spawn(conn);
@@ -71,11 +63,7 @@ impl Netlink {
     pub fn add_address(&self, index: u32, net: IpNet) -> Result<()> {
         let h = self.handle.clone();
         self.rt
-            .block_on(
-                h.address()
-                    .add(index, net.addr(), net.prefix_len())
-                    .execute(),
-            )
+            .block_on(h.address().add(index, net.addr(), net.prefix_len()).execute())
             .with_context(|| format!("adding address {net}"))
     }
 
@@ -100,12 +88,7 @@ impl Netlink {
         let h = self.handle.clone();
         self.rt
             .block_on(async {
-                let not_marked = h
-                    .rule()
-                    .add()
-                    .fw_mark(mark)
-                    .table_id(table)
-                    .action(RuleAction::ToTable);
+                let not_marked = h.rule().add().fw_mark(mark).table_id(table).action(RuleAction::ToTable);
                 let main_without_default = h.rule().add().table_id(254).action(RuleAction::ToTable);
                 if v6 {
                     exec_rule(not_marked.v6(), true, false).await?;
@@ -115,11 +98,7 @@ impl Netlink {
                     exec_rule(main_without_default.v4(), false, true).await
                 }
             })
-            .with_context(|| {
-                format!(
-                    "adding the policy rules for a default route (fwmark {mark}, table {table})"
-                )
-            })
+            .with_context(|| format!("adding the policy rules for a default route (fwmark {mark}, table {table})"))
     }
 
     pub fn delete_link(&self, index: u32) -> Result<()> {
@@ -134,13 +113,7 @@ impl Netlink {
         let h = self.handle.clone();
         self.rt.block_on(async {
             for v in [IpVersion::V4, IpVersion::V6] {
-                let rules: Vec<_> = h
-                    .rule()
-                    .get(v)
-                    .execute()
-                    .try_collect()
-                    .await
-                    .unwrap_or_default();
+                let rules: Vec<_> = h.rule().get(v).execute().try_collect().await.unwrap_or_default();
                 for r in rules {
                     let ours = r
                         .attributes

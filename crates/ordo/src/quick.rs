@@ -28,22 +28,27 @@ pub fn resolve(arg: &str) -> Result<(PathBuf, String)> {
     let name = path
         .file_stem()
         .and_then(|s| s.to_str())
-        .filter(|n| !n.is_empty() && n.len() < 16 && n.chars().all(|c| c.is_ascii_alphanumeric() || "_=+.-".contains(c)))
-        .with_context(|| format!("{}: the file name must be a valid interface name (1-15 of a-z A-Z 0-9 _=+.-) followed by .conf", path.display()))?;
+        .filter(|n| {
+            !n.is_empty() && n.len() < 16 && n.chars().all(|c| c.is_ascii_alphanumeric() || "_=+.-".contains(c))
+        })
+        .with_context(|| {
+            format!(
+                "{}: the file name must be a valid interface name (1-15 of a-z A-Z 0-9 _=+.-) followed by .conf",
+                path.display()
+            )
+        })?;
     Ok((path.clone(), name.to_string()))
 }
 
 pub fn load(path: &Path) -> Result<WgQuickConfig> {
-    let meta =
-        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
     if meta.permissions().mode() & 0o044 != 0 {
         eprintln!(
             "warning: {} is readable by group or others and holds a private key; chmod 600 it",
             path.display()
         );
     }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let cfg = wgquick::parse(&text, path)?;
     for (line, key) in &cfg.interface.ignored {
         eprintln!(
@@ -144,8 +149,7 @@ fn configure(cfg: &WgQuickConfig, ifname: &str) -> Result<()> {
         (_, true) => Some(DEFAULT_ROUTE_TABLE),
         (m, false) => m,
     };
-    client::request(ifname, &set_request(cfg, fwmark)?)
-        .with_context(|| format!("configuring {ifname}"))?;
+    client::request(ifname, &set_request(cfg, fwmark)?).with_context(|| format!("configuring {ifname}"))?;
     let nl = Netlink::open()?;
     let idx = nl.link_index(ifname)?;
     for a in &i.addresses {
@@ -158,11 +162,7 @@ fn configure(cfg: &WgQuickConfig, ifname: &str) -> Result<()> {
         Table::Id(t) => Some(t),
     };
     if let Some(table) = table {
-        let mut nets: Vec<_> = cfg
-            .peers
-            .iter()
-            .flat_map(|p| p.allowed_ips.iter().copied())
-            .collect();
+        let mut nets: Vec<_> = cfg.peers.iter().flat_map(|p| p.allowed_ips.iter().copied()).collect();
         nets.sort_by_key(|n| std::cmp::Reverse(n.prefix_len()));
         for net in nets {
             if default_route && net.prefix_len() == 0 {
@@ -186,14 +186,8 @@ pub fn down(arg: &str) -> Result<()> {
     let cfg = load(&path)?;
     run_hooks(&cfg.interface.pre_down, &ifname)?;
     let nl = Netlink::open()?;
-    let idx = nl
-        .link_index(&ifname)
-        .with_context(|| format!("{ifname} is not up"))?;
-    let mark = cfg
-        .interface
-        .fwmark
-        .filter(|m| *m != 0)
-        .unwrap_or(DEFAULT_ROUTE_TABLE);
+    let idx = nl.link_index(&ifname).with_context(|| format!("{ifname} is not up"))?;
+    let mark = cfg.interface.fwmark.filter(|m| *m != 0).unwrap_or(DEFAULT_ROUTE_TABLE);
     nl.delete_default_route_rules(mark)?;
     nl.delete_link(idx)?;
     // The daemon notices the interface is gone and exits; its socket goes with it.

@@ -50,9 +50,7 @@ pub fn fetch(ifname: &str) -> Result<InterfaceShow> {
             ("listen_port", _) => s.listen_port = num() as u16,
             ("fwmark", None) => s.fwmark = num() as u32,
             ("public_key", _) => s.peers.push(PeerShow {
-                public_key: PublicKey::from_hex(&v)
-                    .map(|k| k.to_base64())
-                    .unwrap_or(v.clone()),
+                public_key: PublicKey::from_hex(&v).map(|k| k.to_base64()).unwrap_or(v.clone()),
                 ..Default::default()
             }),
             (k, _) if k.starts_with("ordo_") => {
@@ -91,10 +89,7 @@ fn bytes(n: u64) -> String {
 
 fn ago(epoch_secs: u64) -> String {
     let then = UNIX_EPOCH + Duration::from_secs(epoch_secs);
-    let secs = SystemTime::now()
-        .duration_since(then)
-        .unwrap_or_default()
-        .as_secs();
+    let secs = SystemTime::now().duration_since(then).unwrap_or_default().as_secs();
     let parts: Vec<String> = [
         (secs / 86400, "day"),
         (secs / 3600 % 24, "hour"),
@@ -148,11 +143,7 @@ pub fn render(s: &InterfaceShow) -> String {
             );
         }
         if p.persistent_keepalive != 0 {
-            let _ = writeln!(
-                o,
-                "  persistent keepalive: every {} seconds",
-                p.persistent_keepalive
-            );
+            let _ = writeln!(o, "  persistent keepalive: every {} seconds", p.persistent_keepalive);
         }
     }
     let _ = writeln!(o, "\nordo:");

@@ -200,15 +200,15 @@ pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
                 let iface = &mut cfg.interface;
                 match lower.as_str() {
                     "privatekey" => {
-                        iface.private_key = Some(
-                            PrivateKey::from_base64(value)
-                                .map_err(|e| err(n, format!("PrivateKey: {e}")))?,
-                        )
+                        iface.private_key =
+                            Some(PrivateKey::from_base64(value).map_err(|e| err(n, format!("PrivateKey: {e}")))?)
                     }
                     "listenport" => {
-                        iface.listen_port = Some(value.parse().map_err(|_| {
-                            err(n, format!("ListenPort: {value:?} is not a port (0-65535)"))
-                        })?)
+                        iface.listen_port = Some(
+                            value
+                                .parse()
+                                .map_err(|_| err(n, format!("ListenPort: {value:?} is not a port (0-65535)")))?,
+                        )
                     }
                     "fwmark" => {
                         iface.fwmark = Some(if value == "off" {
@@ -236,12 +236,10 @@ pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
                         iface.table = match value {
                             "off" => Table::Off,
                             "auto" | "main" => Table::Auto,
-                            v => Table::Id(v.parse().map_err(|_| {
-                                err(
-                                    n,
-                                    format!("Table: {v:?} is not off, auto or a table number"),
-                                )
-                            })?),
+                            v => Table::Id(
+                                v.parse()
+                                    .map_err(|_| err(n, format!("Table: {v:?} is not off, auto or a table number")))?,
+                            ),
                         }
                     }
                     "preup" => iface.pre_up.push(value.to_string()),
@@ -256,31 +254,30 @@ pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
                 let p = peer.as_mut().expect("in a peer section");
                 match lower.as_str() {
                     "publickey" => {
-                        p.public_key = Some(
-                            PublicKey::from_base64(value)
-                                .map_err(|e| err(n, format!("PublicKey: {e}")))?,
-                        )
+                        p.public_key =
+                            Some(PublicKey::from_base64(value).map_err(|e| err(n, format!("PublicKey: {e}")))?)
                     }
                     "presharedkey" => {
-                        p.preshared_key = Some(
-                            PresharedKey::from_base64(value)
-                                .map_err(|e| err(n, format!("PresharedKey: {e}")))?,
-                        )
+                        p.preshared_key =
+                            Some(PresharedKey::from_base64(value).map_err(|e| err(n, format!("PresharedKey: {e}")))?)
                     }
                     "allowedips" => p.allowed_ips.extend(prefixes(value)?),
                     "endpoint" => {
-                        p.endpoint = Some(parse_endpoint(value).ok_or_else(|| {
-                            err(
-                                n,
-                                format!("Endpoint: {value:?} is not host:port or [IPv6]:port"),
-                            )
-                        })?)
+                        p.endpoint =
+                            Some(parse_endpoint(value).ok_or_else(|| {
+                                err(n, format!("Endpoint: {value:?} is not host:port or [IPv6]:port"))
+                            })?)
                     }
                     "persistentkeepalive" => {
                         p.persistent_keepalive = Some(if value == "off" {
                             0
                         } else {
-                            value.parse().map_err(|_| err(n, format!("PersistentKeepalive: {value:?} is not off or 0-65535 seconds")))?
+                            value.parse().map_err(|_| {
+                                err(
+                                    n,
+                                    format!("PersistentKeepalive: {value:?} is not off or 0-65535 seconds"),
+                                )
+                            })?
                         })
                     }
                     _ => return Err(err(n, format!("unknown [Peer] key {key:?}"))),
@@ -331,10 +328,7 @@ mod tests {
         let peer = &c.peers[0];
         assert_eq!(
             peer.allowed_ips,
-            vec![
-                "10.0.0.2/32".parse::<IpNet>().unwrap(),
-                "fd00::2/128".parse().unwrap()
-            ]
+            vec!["10.0.0.2/32".parse::<IpNet>().unwrap(), "fd00::2/128".parse().unwrap()]
         );
         assert_eq!(peer.endpoint, Some(("vpn.example.com".into(), 51820)));
         assert_eq!(peer.persistent_keepalive, Some(25));
@@ -342,10 +336,7 @@ mod tests {
 
     #[test]
     fn errors_name_file_line_and_reason() {
-        let e = p(&format!(
-            "[Interface]\nPrivateKey = {PRIV}\nListenPort = 99999\n"
-        ))
-        .unwrap_err();
+        let e = p(&format!("[Interface]\nPrivateKey = {PRIV}\nListenPort = 99999\n")).unwrap_err();
         assert_eq!(
             e.to_string(),
             "/etc/wireguard/wg0.conf:3: ListenPort: \"99999\" is not a port (0-65535)"
@@ -364,14 +355,8 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(e.line, 5);
-        assert!(p("[Interface]\n")
-            .unwrap_err()
-            .message
-            .contains("PrivateKey"));
-        assert!(p("ListenPort = 1\n")
-            .unwrap_err()
-            .message
-            .contains("before any"));
+        assert!(p("[Interface]\n").unwrap_err().message.contains("PrivateKey"));
+        assert!(p("ListenPort = 1\n").unwrap_err().message.contains("before any"));
     }
 
     proptest::proptest! {
@@ -386,10 +371,7 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        assert_eq!(
-            parse_endpoint("[fd00::1]:51820"),
-            Some(("fd00::1".into(), 51820))
-        );
+        assert_eq!(parse_endpoint("[fd00::1]:51820"), Some(("fd00::1".into(), 51820)));
         assert_eq!(parse_endpoint("1.2.3.4:1"), Some(("1.2.3.4".into(), 1)));
         assert_eq!(parse_endpoint("host"), None);
         assert_eq!(parse_endpoint(":1"), None);

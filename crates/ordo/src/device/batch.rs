@@ -78,8 +78,7 @@ impl Receiver {
     /// Blocks for at least one datagram, then takes up to [`BATCH`] without waiting more.
     /// Returns the datagrams and how many were dropped as truncated.
     pub fn recv(&mut self, sock: &UdpSocket, out: &mut Vec<Datagram>) -> io::Result<usize> {
-        let mut addrs: [MaybeUninit<libc::sockaddr_storage>; BATCH] =
-            [MaybeUninit::uninit(); BATCH];
+        let mut addrs: [MaybeUninit<libc::sockaddr_storage>; BATCH] = [MaybeUninit::uninit(); BATCH];
         let mut iovs: Vec<libc::iovec> = self
             .bufs
             .iter_mut()
@@ -148,9 +147,7 @@ pub fn send_batch(sock: &UdpSocket, to: SocketAddr, payloads: &[&[u8]]) -> io::R
             })
             .collect();
         // SAFETY: mmsghdr is plain data; zero is valid.
-        let mut msgs: Vec<libc::mmsghdr> = (0..chunk.len())
-            .map(|_| unsafe { std::mem::zeroed() })
-            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = (0..chunk.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
         for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
             m.msg_hdr.msg_name = &mut ss as *mut _ as *mut _;
             m.msg_hdr.msg_namelen = namelen;
@@ -159,8 +156,7 @@ pub fn send_batch(sock: &UdpSocket, to: SocketAddr, payloads: &[&[u8]]) -> io::R
         }
         // SAFETY: each header points at a live iovec over a payload that outlives the call,
         // and at `ss`, which holds a valid address of `namelen` bytes; the kernel only reads them.
-        let n =
-            unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as u32, 0) };
+        let n = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as u32, 0) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -196,10 +192,7 @@ mod tests {
         assert_eq!(truncated, 1);
         assert_eq!(got.len(), 40);
         for (i, d) in got.iter().enumerate() {
-            assert_eq!(
-                d.data, payloads[i],
-                "datagram {i} arrives whole and in order"
-            );
+            assert_eq!(d.data, payloads[i], "datagram {i} arrives whole and in order");
             assert_eq!(d.src, tx.local_addr().unwrap());
         }
     }

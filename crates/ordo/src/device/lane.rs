@@ -152,12 +152,7 @@ mod tests {
                         if w.is_empty() {
                             return;
                         }
-                        if w.len() % 3 == 0 {
-                            w.pop()
-                        } else {
-                            Some(w.remove(0))
-                        }
-                        .unwrap()
+                        if w.len() % 3 == 0 { w.pop() } else { Some(w.remove(0)) }.unwrap()
                     };
                     if let Finish::Deliver(mut run) = lane.finish(t, t) {
                         loop {
@@ -180,10 +175,7 @@ mod tests {
         }
         let d = delivered.lock().unwrap();
         assert_eq!(d.len(), 20_000);
-        assert!(
-            d.windows(2).all(|w| w[0] + 1 == w[1]),
-            "delivered in ticket order"
-        );
+        assert!(d.windows(2).all(|w| w[0] + 1 == w[1]), "delivered in ticket order");
         assert_eq!(overlaps.load(Ordering::SeqCst), 0);
     }
 }

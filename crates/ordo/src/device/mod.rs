@@ -1,16 +1,20 @@
 //! The device: the protocol core wrapped with a TUN interface, UDP sockets and threads.
 //!
-//! This is Ordo's first, simple data plane: one thread reads the TUN device and encrypts,
-//! one thread per socket receives and decrypts, one thread runs the timers. They share the
-//! core behind one lock and do their I/O outside it. The multi-core pipeline replaces the
-//! threads, not the core.
+//! The data plane is the pool model of [`pipeline`]: dispatch threads read the TUN device and
+//! the sockets in batches, a fixed pool of workers does the crypto, and per-peer [`lane`]s
+//! deliver in order. One thread runs the timers. The protocol core sits behind one lock that
+//! is taken once per batch and never held during crypto.
 
 pub mod batch;
 pub mod lane;
+pub mod pipeline;
+pub mod stats;
 pub mod tun;
 pub mod udp;
 
-use ordo_proto::{Interface, Received, Sent, Transmit, SEND_HEADROOM};
+use ordo_proto::{Interface, PeerId, Transmit};
+use pipeline::{Job, PeerLanes};
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,9 +26,12 @@ use tun::Tun;
 use udp::Sockets;
 
 /// Largest datagram or packet handled.
-const MAX_PACKET: usize = 65535;
+pub(crate) const MAX_PACKET: usize = 65535;
 /// Longest the timer thread sleeps, so housekeeping (MTU, socket file) runs regularly.
 const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(250);
+/// Work items waiting for a worker; a full queue makes the dispatchers wait, so the kernel's
+/// socket and TUN queues absorb (and count) the excess instead of our memory.
+const JOB_QUEUE: usize = 1024;
 
 /// Errors of the I/O layer, counted beside the core's drop reasons.
 #[derive(Default)]
@@ -36,22 +43,27 @@ pub struct IoCounters {
 pub struct Device {
     pub name: String,
     core: Mutex<Interface>,
-    tun: Tun,
+    pub(crate) tun: Tun,
     sockets: RwLock<Arc<Sockets>>,
     fwmark: Mutex<u32>,
     /// Bumped when sockets are replaced; a receive thread of an older generation exits.
-    socket_generation: AtomicU64,
+    pub(crate) socket_generation: AtomicU64,
     stop: AtomicBool,
     stop_signal: (Mutex<bool>, Condvar),
     /// The UAPI socket path; the device stops when it disappears (as `wg-quick down` does).
     pub uapi_path: Mutex<Option<PathBuf>>,
     pub io: IoCounters,
+    pub stats: stats::Stats,
+    lanes: Mutex<HashMap<PeerId, Arc<PeerLanes>>>,
+    jobs: Mutex<Option<crossbeam_channel::Sender<Job>>>,
+    workers: usize,
     started: Instant,
 }
 
 impl Device {
     /// Creates the TUN interface and binds the sockets (listen port 0: a free port).
-    pub fn create(name: &str) -> io::Result<Arc<Device>> {
+    /// `workers`: crypto threads in the pool; 0 means one per available core.
+    pub fn create(name: &str, workers: usize) -> io::Result<Arc<Device>> {
         let tun = Tun::create(name)?;
         // 1420 leaves room for the outer IPv6 + UDP + WireGuard headers on a 1500 link.
         let _ = tun.set_mtu(1420);
@@ -59,6 +71,11 @@ impl Device {
         let now = Instant::now();
         let mut core = Interface::new(now);
         core.set_mtu(tun.mtu().unwrap_or(1420) as usize);
+        let workers = if workers == 0 {
+            thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        } else {
+            workers
+        };
         Ok(Arc::new(Device {
             name: name.to_string(),
             core: Mutex::new(core),
@@ -70,16 +87,29 @@ impl Device {
             stop_signal: (Mutex::new(false), Condvar::new()),
             uapi_path: Mutex::new(None),
             io: IoCounters::default(),
+            stats: stats::Stats::default(),
+            lanes: Mutex::new(HashMap::new()),
+            jobs: Mutex::new(None),
+            workers,
             started: now,
         }))
     }
 
-    /// Starts the data plane threads.
+    /// Starts the data plane: the worker pool, the read and receive stages, the timers.
     pub fn start(self: &Arc<Self>) {
+        let (tx, rx) = crossbeam_channel::bounded(JOB_QUEUE);
+        for i in 0..self.workers {
+            let (d, rx) = (self.clone(), rx.clone());
+            thread::Builder::new()
+                .name(format!("ordo-worker{i}"))
+                .spawn(move || pipeline::worker(d, rx, format!("worker{i}")))
+                .expect("spawn");
+        }
+        *self.jobs.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx.clone());
         let d = self.clone();
         thread::Builder::new()
-            .name("ordo-tun".into())
-            .spawn(move || d.tun_loop())
+            .name("ordo-read".into())
+            .spawn(move || pipeline::read_loop(d, tx))
             .expect("spawn");
         let d = self.clone();
         thread::Builder::new()
@@ -90,39 +120,39 @@ impl Device {
     }
 
     fn spawn_receivers(self: &Arc<Self>) {
+        let Some(jobs) = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return;
+        };
         let generation = self.socket_generation.load(Ordering::SeqCst);
-        let sockets = self.sockets();
-        let families: [(&str, bool); 2] =
-            [("ordo-udp4", true), ("ordo-udp6", sockets.v6.is_some())];
-        for (i, (name, present)) in families.into_iter().enumerate() {
-            if !present {
-                continue;
-            }
-            let d = self.clone();
-            let s = sockets.clone();
+        let families = if self.sockets().v6.is_some() { 2 } else { 1 };
+        for i in 0..families {
+            let (d, jobs) = (self.clone(), jobs.clone());
             thread::Builder::new()
-                .name(name.into())
-                .spawn(move || {
-                    let sock = if i == 0 {
-                        &s.v4
-                    } else {
-                        s.v6.as_ref().expect("present")
-                    };
-                    d.udp_loop(sock, generation)
-                })
+                .name(format!("ordo-receive{i}"))
+                .spawn(move || pipeline::receive_loop(d, i, generation, jobs))
                 .expect("spawn");
         }
     }
 
+    /// The lanes of a peer, created on first use.
+    pub(crate) fn lanes(&self, peer: PeerId) -> Arc<PeerLanes> {
+        self.lanes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(peer)
+            .or_default()
+            .clone()
+    }
+
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
     pub fn core(&self) -> MutexGuard<'_, Interface> {
         self.core.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn sockets(&self) -> Arc<Sockets> {
-        self.sockets
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.sockets.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn listen_port(&self) -> u16 {
@@ -184,77 +214,20 @@ impl Device {
         }
     }
 
-    fn send_transmits(&self, transmits: Vec<Transmit>) {
+    pub(crate) fn send_transmits(&self, transmits: Vec<Transmit>) {
         if transmits.is_empty() {
             return;
         }
         let sockets = self.sockets();
         for t in transmits {
-            self.send_one(&sockets, &t.payload, t.to);
+            if sockets.send_to(&t.payload, t.to).is_err() {
+                self.io.udp_send_errors.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
-    fn send_one(&self, sockets: &Sockets, payload: &[u8], to: SocketAddr) {
-        if sockets.send_to(payload, to).is_err() {
-            self.io.udp_send_errors.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    fn drain(core: &mut Interface) -> Vec<Transmit> {
+    pub(crate) fn drain(core: &mut Interface) -> Vec<Transmit> {
         std::iter::from_fn(|| core.poll_transmit()).collect()
-    }
-
-    /// TUN -> encrypt -> UDP.
-    fn tun_loop(self: Arc<Self>) {
-        let mut packet = vec![0u8; MAX_PACKET];
-        let mut out = vec![0u8; MAX_PACKET + SEND_HEADROOM];
-        while !self.stopped() {
-            let n = match self.tun.read(&mut packet) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    self.shutdown(&format!("TUN device {} is gone ({e})", self.tun.name()));
-                    break;
-                }
-            };
-            let (sent, transmits) = {
-                let mut core = self.core();
-                let sent = core.send(Instant::now(), SystemTime::now(), &packet[..n], &mut out);
-                (sent, Self::drain(&mut core))
-            };
-            self.send_transmits(transmits);
-            if let Sent::Data { to, len, .. } = sent {
-                self.send_one(&self.sockets(), &out[..len], to);
-            }
-        }
-    }
-
-    /// UDP -> decrypt -> TUN.
-    fn udp_loop(self: Arc<Self>, sock: &std::net::UdpSocket, generation: u64) {
-        let mut buf = vec![0u8; MAX_PACKET];
-        loop {
-            let r = sock.recv_from(&mut buf);
-            if self.stopped() || self.socket_generation.load(Ordering::SeqCst) != generation {
-                return;
-            }
-            let (n, src) = match r {
-                Ok(x) => x,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => continue,
-            };
-            let src = canonical(src);
-            let (received, transmits) = {
-                let mut core = self.core();
-                let r = core.receive(Instant::now(), SystemTime::now(), src, &mut buf[..n]);
-                (r, Self::drain(&mut core))
-            };
-            self.send_transmits(transmits);
-            if let Received::Packet { range, .. } = received {
-                if self.tun.write(&buf[range]).is_err() {
-                    self.io.tun_write_errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
     }
 
     /// Timers, plus housekeeping: follow the MTU, stop when the UAPI socket is removed.
@@ -267,15 +240,14 @@ impl Device {
                 if let Ok(mtu) = self.tun.mtu() {
                     core.set_mtu(mtu as usize);
                 }
+                self.lanes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|id, _| core.peer(*id).is_some());
                 Self::drain(&mut core)
             };
             self.send_transmits(transmits);
-            if let Some(p) = self
-                .uapi_path
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_ref()
-            {
+            if let Some(p) = self.uapi_path.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
                 if !p.exists() {
                     self.shutdown("UAPI socket was removed");
                 }
@@ -291,9 +263,7 @@ impl Device {
             if *stopped {
                 return;
             }
-            let (stopped, _) = c
-                .wait_timeout(stopped, wait)
-                .unwrap_or_else(|p| p.into_inner());
+            let (stopped, _) = c.wait_timeout(stopped, wait).unwrap_or_else(|p| p.into_inner());
             if *stopped {
                 return;
             }
@@ -302,7 +272,7 @@ impl Device {
 }
 
 /// IPv4-mapped IPv6 sources become plain IPv4, so an endpoint has one spelling.
-fn canonical(a: SocketAddr) -> SocketAddr {
+pub(crate) fn canonical(a: SocketAddr) -> SocketAddr {
     match a {
         SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
             Some(v4) => SocketAddr::new(v4.into(), v6.port()),

@@ -57,10 +57,64 @@ impl Tun {
         if rc < 0 {
             return Err(io::Error::last_os_error());
         }
+        // Non-blocking, so a batch read stops when the queue is empty (see read_batch).
+        // SAFETY: F_GETFL/F_SETFL on a descriptor we own; no memory is passed.
+        unsafe {
+            let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+            if flags < 0 || libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
         Ok(Tun {
             file,
             name: name.to_string(),
         })
+    }
+
+    /// Reads up to `max` packets: waits (at most a second, so callers can notice a shutdown)
+    /// for the first, then takes what is queued without waiting. Each packet is copied into a
+    /// buffer of its own behind `headroom` zero bytes, with room reserved for padding and tag.
+    pub fn read_batch(
+        &self,
+        scratch: &mut [u8],
+        out: &mut Vec<Vec<u8>>,
+        max: usize,
+        headroom: usize,
+    ) -> io::Result<()> {
+        while out.len() < max {
+            match self.read(scratch) {
+                Ok(n) => {
+                    let mut p = Vec::with_capacity(headroom + n + 32);
+                    p.resize(headroom, 0);
+                    p.extend_from_slice(&scratch[..n]);
+                    out.push(p);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !out.is_empty() {
+                        return Ok(());
+                    }
+                    let mut pfd = libc::pollfd {
+                        fd: self.file.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd that outlives the call.
+                    let rc = unsafe { libc::poll(&mut pfd, 1, 1000) };
+                    if rc < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                        return Err(io::Error::last_os_error());
+                    }
+                    if rc == 0 {
+                        return Ok(()); // idle: let the caller check whether to stop
+                    }
+                    if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+                        return Err(io::Error::new(io::ErrorKind::BrokenPipe, "TUN device closed"));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     pub fn name(&self) -> &str {
@@ -87,11 +141,7 @@ impl Tun {
 }
 
 /// Runs an interface ioctl that takes or returns one integer (the MTU) on a datagram socket.
-fn interface_ioctl(
-    name: &str,
-    request: libc::c_ulong,
-    set: Option<libc::c_int>,
-) -> io::Result<libc::c_int> {
+fn interface_ioctl(name: &str, request: libc::c_ulong, set: Option<libc::c_int>) -> io::Result<libc::c_int> {
     let mut req = IfReq::new(name)?;
     req.value = set.unwrap_or(0);
     // SAFETY: socket() has no memory-safety preconditions; the result is checked below.
@@ -127,10 +177,7 @@ mod tests {
         let name = format!("ordot{}", std::process::id() % 100_000);
         let tun = match Tun::create(&name) {
             Ok(t) => t,
-            Err(e)
-                if e.kind() == io::ErrorKind::PermissionDenied
-                    || e.kind() == io::ErrorKind::NotFound =>
-            {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied || e.kind() == io::ErrorKind::NotFound => {
                 eprintln!("skipped: cannot create a TUN device here ({e})");
                 return;
             }

@@ -45,12 +45,7 @@ impl Sockets {
                     })
                 }
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse && port == 0 => last_err = Some(e),
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL)
-                    ) =>
-                {
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL)) => {
                     return Ok(Sockets {
                         v4,
                         v6: None,
@@ -63,20 +58,25 @@ impl Sockets {
         Err(last_err.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrInUse)))
     }
 
-    /// Sends on the socket of the destination's family.
-    pub fn send_to(&self, payload: &[u8], to: SocketAddr) -> io::Result<usize> {
+    /// The socket for the destination's family, and the destination as that socket wants it
+    /// (an IPv4-mapped IPv6 address goes out on the IPv4 socket).
+    pub fn socket_for(&self, to: SocketAddr) -> io::Result<(&UdpSocket, SocketAddr)> {
         match to {
-            SocketAddr::V4(_) => self.v4.send_to(payload, to),
+            SocketAddr::V4(_) => Ok((&self.v4, to)),
             SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
-                Some(v4) => self
-                    .v4
-                    .send_to(payload, SocketAddr::new(v4.into(), a.port())),
+                Some(v4) => Ok((&self.v4, SocketAddr::new(v4.into(), a.port()))),
                 None => match &self.v6 {
-                    Some(s) => s.send_to(payload, to),
+                    Some(s) => Ok((s, to)),
                     None => Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
                 },
             },
         }
+    }
+
+    /// Sends on the socket of the destination's family.
+    pub fn send_to(&self, payload: &[u8], to: SocketAddr) -> io::Result<usize> {
+        let (s, to) = self.socket_for(to)?;
+        s.send_to(payload, to)
     }
 
     pub fn set_fwmark(&self, mark: u32) -> io::Result<()> {

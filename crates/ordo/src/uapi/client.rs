@@ -11,10 +11,7 @@ pub fn request(ifname: &str, body: &str) -> io::Result<Vec<(String, String)>> {
     let mut s = UnixStream::connect(&path).map_err(|e| {
         io::Error::new(
             e.kind(),
-            format!(
-                "cannot reach {} ({e}); is the interface up?",
-                path.display()
-            ),
+            format!("cannot reach {} ({e}); is the interface up?", path.display()),
         )
     })?;
     s.write_all(body.as_bytes())?;
@@ -24,12 +21,9 @@ pub fn request(ifname: &str, body: &str) -> io::Result<Vec<(String, String)>> {
         if line.is_empty() {
             break;
         }
-        let (k, v) = line.split_once('=').ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("bad reply line {line:?}"),
-            )
-        })?;
+        let (k, v) = line
+            .split_once('=')
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("bad reply line {line:?}")))?;
         if k == "errno" {
             let errno: i32 = v
                 .parse()
@@ -53,12 +47,7 @@ pub fn list_interfaces() -> Vec<String> {
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_suffix(".sock")
-                .map(str::to_string)
-        })
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".sock").map(str::to_string))
         .filter(|n| UnixStream::connect(socket_path(n)).is_ok())
         .collect();
     names.sort();

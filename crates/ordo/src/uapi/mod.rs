@@ -115,24 +115,21 @@ fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
             Operation::Get | Operation::OrdoGet if !lines.is_empty() => {
                 format!("errno=-{}\n\n", protocol::EINVAL)
             }
-            Operation::Get => format!(
-                "{}errno=0\n\n",
-                protocol::format_get(&view(device)).as_str()
-            ),
+            Operation::Get => format!("{}errno=0\n\n", protocol::format_get(&view(device)).as_str()),
             Operation::OrdoGet => format!(
                 "{}{}errno=0\n\n",
                 protocol::format_get(&view(device)).as_str(),
                 ordo_counter_lines(device)
             ),
-            Operation::Set => match protocol::parse_set(lines.iter().map(String::as_str))
-                .and_then(|p| apply(device, p))
-            {
-                Ok(()) => "errno=0\n\n".to_string(),
-                Err(e) => {
-                    eprintln!("ordo[{}]: UAPI set refused: {}", device.name, e.message);
-                    format!("errno=-{}\n\n", e.errno)
+            Operation::Set => {
+                match protocol::parse_set(lines.iter().map(String::as_str)).and_then(|p| apply(device, p)) {
+                    Ok(()) => "errno=0\n\n".to_string(),
+                    Err(e) => {
+                        eprintln!("ordo[{}]: UAPI set refused: {}", device.name, e.message);
+                        format!("errno=-{}\n\n", e.errno)
+                    }
                 }
-            },
+            }
         });
         out.write_all(reply.as_bytes())?;
     }
@@ -170,21 +167,12 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
         .collect();
     let io = &device.io;
     for (name, value) in [
-        (
-            "drop_tun_write_error",
-            io.tun_write_errors.load(Ordering::Relaxed),
-        ),
-        (
-            "drop_udp_send_error",
-            io.udp_send_errors.load(Ordering::Relaxed),
-        ),
+        ("drop_tun_write_error", io.tun_write_errors.load(Ordering::Relaxed)),
+        ("drop_udp_send_error", io.udp_send_errors.load(Ordering::Relaxed)),
         ("handshakes_initiated", core.stats.handshakes_initiated),
         ("handshakes_completed", core.stats.handshakes_completed),
         ("cookie_replies_sent", core.stats.cookie_replies_sent),
-        (
-            "cookie_replies_accepted",
-            core.stats.cookie_replies_accepted,
-        ),
+        ("cookie_replies_accepted", core.stats.cookie_replies_accepted),
         ("under_load", core.under_load(Instant::now()) as u64),
         ("mtu", core.mtu() as u64),
         ("uptime_sec", device.uptime().as_secs()),
@@ -211,9 +199,9 @@ pub fn apply(device: &Arc<Device>, plan: SetPlan) -> Result<(), UapiError> {
             .map_err(|e| UapiError::new(protocol::EIO, format!("fwmark: {e}")))?;
     }
     if let Some(port) = plan.listen_port {
-        device.set_listen_port(port).map_err(|e| {
-            UapiError::new(protocol::EADDRINUSE, format!("listen_port {port}: {e}"))
-        })?;
+        device
+            .set_listen_port(port)
+            .map_err(|e| UapiError::new(protocol::EADDRINUSE, format!("listen_port {port}: {e}")))?;
     }
     let now = Instant::now();
     let mut core = device.core();

@@ -122,18 +122,16 @@ pub fn parse_set<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<SetPlan
             .ok_or_else(|| UapiError::protocol(n, format!("{line:?} is not key=value")))?;
         match (key, plan.peers.last_mut()) {
             ("private_key", None) => {
-                let k = PrivateKey::from_hex(value).map_err(|_| {
-                    UapiError::invalid(n, "private_key must be 64 lower-case hex digits")
-                })?;
+                let k = PrivateKey::from_hex(value)
+                    .map_err(|_| UapiError::invalid(n, "private_key must be 64 lower-case hex digits"))?;
                 plan.private_key = Some((!k.is_zero()).then_some(k));
             }
             ("listen_port", None) => plan.listen_port = Some(parse_num(n, key, value)?),
             ("fwmark", None) => plan.fwmark = Some(parse_num(n, key, value)?),
             ("replace_peers", None) => plan.replace_peers = parse_bool_true(n, key, value)?,
             ("public_key", _) => {
-                let public_key = PublicKey::from_hex(value).map_err(|_| {
-                    UapiError::invalid(n, "public_key must be 64 lower-case hex digits")
-                })?;
+                let public_key = PublicKey::from_hex(value)
+                    .map_err(|_| UapiError::invalid(n, "public_key must be 64 lower-case hex digits"))?;
                 plan.peers.push(PeerPlan {
                     public_key,
                     remove: false,
@@ -151,31 +149,22 @@ pub fn parse_set<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<SetPlan
                     format!("{key} is an interface key and must come before the first public_key"),
                 ));
             }
-            (_, None) => {
-                return Err(UapiError::invalid(
-                    n,
-                    format!("unknown or misplaced key {key:?}"),
-                ))
-            }
+            (_, None) => return Err(UapiError::invalid(n, format!("unknown or misplaced key {key:?}"))),
             (_, Some(peer)) => match key {
                 "remove" => peer.remove = parse_bool_true(n, key, value)?,
                 "update_only" => peer.update_only = parse_bool_true(n, key, value)?,
                 "preshared_key" => {
-                    peer.preshared_key = Some(PresharedKey::from_hex(value).map_err(|_| {
-                        UapiError::invalid(n, "preshared_key must be 64 lower-case hex digits")
-                    })?)
+                    peer.preshared_key = Some(
+                        PresharedKey::from_hex(value)
+                            .map_err(|_| UapiError::invalid(n, "preshared_key must be 64 lower-case hex digits"))?,
+                    )
                 }
                 "endpoint" => {
                     peer.endpoint = Some(value.parse().map_err(|_| {
-                        UapiError::invalid(
-                            n,
-                            format!("endpoint {value:?} is not IP:port or [IPv6]:port"),
-                        )
+                        UapiError::invalid(n, format!("endpoint {value:?} is not IP:port or [IPv6]:port"))
                     })?)
                 }
-                "persistent_keepalive_interval" => {
-                    peer.persistent_keepalive = Some(parse_num(n, key, value)?)
-                }
+                "persistent_keepalive_interval" => peer.persistent_keepalive = Some(parse_num(n, key, value)?),
                 "replace_allowed_ips" => peer.replace_allowed_ips = parse_bool_true(n, key, value)?,
                 "allowed_ip" => peer.allowed_ips.push(parse_allowed_ip(n, value)?),
                 "protocol_version" => {
@@ -243,11 +232,7 @@ pub fn format_get(d: &DeviceView) -> zeroize::Zeroizing<String> {
         let _ = writeln!(s, "last_handshake_time_nsec={nsec}");
         let _ = writeln!(s, "tx_bytes={}", p.tx_bytes);
         let _ = writeln!(s, "rx_bytes={}", p.rx_bytes);
-        let _ = writeln!(
-            s,
-            "persistent_keepalive_interval={}",
-            p.persistent_keepalive
-        );
+        let _ = writeln!(s, "persistent_keepalive_interval={}", p.persistent_keepalive);
         for a in &p.allowed_ips {
             let _ = writeln!(s, "allowed_ip={a}");
         }
@@ -272,11 +257,7 @@ mod tests {
         );
         let p = parse_set(req.lines()).unwrap();
         let scoped = "[abcd:23::33%2]:51820".parse().unwrap();
-        assert_eq!(
-            p.peers[0].endpoint,
-            Some(scoped),
-            "scoped (link-local) endpoints work"
-        );
+        assert_eq!(p.peers[0].endpoint, Some(scoped), "scoped (link-local) endpoints work");
         assert_eq!(p.listen_port, Some(51820));
         assert!(p.replace_peers);
         assert_eq!(p.peers.len(), 2);
@@ -299,10 +280,7 @@ mod tests {
         assert_eq!(e("bogus=1"), EINVAL);
         assert_eq!(e("no equals sign"), EPROTO);
         assert_eq!(e(&format!("public_key={K2}\nlisten_port=1")), EPROTO);
-        assert_eq!(
-            e(&format!("public_key={K2}\nallowed_ip=10.0.0.0/33")),
-            EINVAL
-        );
+        assert_eq!(e(&format!("public_key={K2}\nallowed_ip=10.0.0.0/33")), EINVAL);
         assert_eq!(e(&format!("public_key={K2}\nprotocol_version=2")), EINVAL);
         assert_eq!(e(&format!("public_key={K2}\nremove=yes")), EINVAL);
         assert_eq!(e("public_key=00"), EINVAL);

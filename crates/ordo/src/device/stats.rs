@@ -1,0 +1,178 @@
+//! What the data plane measures about itself: per stage, packets, batches, wake-ups and the
+//! time spent (our own clock); per thread, the same time beside the CPU time the OS reports
+//! for it, so the two can be compared (papers/001: kernel accounting can mislead).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The stages a packet crosses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Reading datagrams from the UDP sockets and dispatching them.
+    Receive,
+    /// Decrypting a batch (any worker).
+    Decrypt,
+    /// In-order acceptance of a peer's decrypted batches and writing them to the TUN device.
+    DeliverInbound,
+    /// Reading packets from the TUN device and dispatching them.
+    Read,
+    /// Encrypting a batch (any worker).
+    Encrypt,
+    /// In-order sending of a peer's encrypted batches.
+    DeliverOutbound,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 6] = [
+        Stage::Receive,
+        Stage::Decrypt,
+        Stage::DeliverInbound,
+        Stage::Read,
+        Stage::Encrypt,
+        Stage::DeliverOutbound,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Receive => "receive",
+            Stage::Decrypt => "decrypt",
+            Stage::DeliverInbound => "deliver_inbound",
+            Stage::Read => "read",
+            Stage::Encrypt => "encrypt",
+            Stage::DeliverOutbound => "deliver_outbound",
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct StageStats {
+    pub packets: AtomicU64,
+    pub batches: AtomicU64,
+    pub busy_ns: AtomicU64,
+    /// Times the stage started work (for delivery stages: became a lane's deliverer).
+    pub wakeups: AtomicU64,
+    /// Times it started and found nothing to do.
+    pub wasted_wakeups: AtomicU64,
+}
+
+/// One data-plane thread.
+pub struct ThreadStats {
+    pub name: String,
+    /// Linux thread id, to find the OS's own figures in /proc/self/task.
+    pub tid: i32,
+    pub busy_ns: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct Stats {
+    stages: [StageStats; 6],
+    threads: Mutex<Vec<Arc<ThreadStats>>>,
+}
+
+impl Stats {
+    pub fn stage(&self, s: Stage) -> &StageStats {
+        &self.stages[s as usize]
+    }
+
+    /// Records one batch of `packets` through `stage` that took since `start`, on `thread`.
+    pub fn record(&self, stage: Stage, thread: &ThreadStats, packets: usize, start: Instant) {
+        let ns = start.elapsed().as_nanos() as u64;
+        let st = self.stage(stage);
+        st.packets.fetch_add(packets as u64, Ordering::Relaxed);
+        st.batches.fetch_add(1, Ordering::Relaxed);
+        st.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        thread.busy_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Registers the calling thread.
+    pub fn register_thread(&self, name: &str) -> Arc<ThreadStats> {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let t = Arc::new(ThreadStats {
+            name: name.to_string(),
+            tid,
+            busy_ns: AtomicU64::new(0),
+        });
+        self.threads.lock().unwrap_or_else(|p| p.into_inner()).push(t.clone());
+        t
+    }
+
+    /// Counters by name, for `ordo show` and its JSON.
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let mut c = Vec::new();
+        for s in Stage::ALL {
+            let st = self.stage(s);
+            let n = s.name();
+            c.push((format!("stage_{n}_packets"), st.packets.load(Ordering::Relaxed)));
+            c.push((format!("stage_{n}_batches"), st.batches.load(Ordering::Relaxed)));
+            c.push((format!("stage_{n}_busy_us"), st.busy_ns.load(Ordering::Relaxed) / 1000));
+            if matches!(s, Stage::DeliverInbound | Stage::DeliverOutbound) {
+                c.push((format!("stage_{n}_wakeups"), st.wakeups.load(Ordering::Relaxed)));
+                c.push((
+                    format!("stage_{n}_wasted_wakeups"),
+                    st.wasted_wakeups.load(Ordering::Relaxed),
+                ));
+            }
+        }
+        let tick_us = 1_000_000 / clock_ticks_per_second();
+        for t in self.threads.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let key = format!("thread_{}_{}", t.name, t.tid);
+            c.push((format!("{key}_busy_us"), t.busy_ns.load(Ordering::Relaxed) / 1000));
+            if let Some(ticks) = os_thread_cpu_ticks(t.tid) {
+                c.push((format!("{key}_os_cpu_us"), ticks * tick_us));
+            }
+        }
+        c
+    }
+}
+
+fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}
+
+/// User plus system time the OS accounts to thread `tid` of this process, in clock ticks.
+fn os_thread_cpu_ticks(tid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // Fields after the parenthesised name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_and_reports_by_name() {
+        let s = Stats::default();
+        let t = s.register_thread("test");
+        let start = Instant::now();
+        // Burn a little CPU so both clocks move.
+        let mut x = 0u64;
+        while start.elapsed().as_millis() < 30 {
+            x = x.wrapping_mul(31).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        s.record(Stage::Decrypt, &t, 32, start);
+        s.stage(Stage::DeliverInbound).wakeups.fetch_add(1, Ordering::Relaxed);
+        let c: std::collections::HashMap<_, _> = s.counters().into_iter().collect();
+        assert_eq!(c["stage_decrypt_packets"], 32);
+        assert_eq!(c["stage_decrypt_batches"], 1);
+        assert!(c["stage_decrypt_busy_us"] >= 30_000);
+        assert_eq!(c["stage_deliver_inbound_wakeups"], 1);
+        let busy = c[&format!("thread_test_{}_busy_us", t.tid)];
+        assert!(busy >= 30_000);
+        assert!(
+            c.contains_key(&format!("thread_test_{}_os_cpu_us", t.tid)),
+            "the OS's figure sits beside ours"
+        );
+    }
+}
