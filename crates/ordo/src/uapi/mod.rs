@@ -179,6 +179,8 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
     ] {
         c.push((name.to_string(), value));
     }
+    c.push(("workers".to_string(), device.workers() as u64));
+    c.extend(device.stats.counters());
     c
 }
 
