@@ -1,17 +1,47 @@
-//! Batched UDP I/O: recvmmsg and sendmmsg move up to [`BATCH`] datagrams per system call.
+//! Batched UDP I/O: recvmmsg and sendmmsg move up to [`BATCH`] datagrams per system call,
+//! and, where the kernel offers them, UDP GSO (one send carries many equal-sized datagrams,
+//! split by the kernel or the NIC) and UDP GRO (one receive returns many coalesced ones).
+//! Both are detected at run time: GRO is asked for and used if granted; GSO is used until a
+//! send fails in the way that means "not supported here", then not again on that socket set.
 
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Datagrams per system call and per work item.
 pub const BATCH: usize = 32;
+/// From linux/udp.h (not in the libc crate for glibc targets).
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+/// Most segments one GSO send may carry (the kernel's UDP_MAX_SEGMENTS).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Most bytes one GSO send may carry: the largest UDP payload over IPv4.
+const GSO_MAX_BYTES: usize = 65507;
+/// Room for one control message carrying an int, 8-byte aligned.
+type CmsgBuf = [u64; 4];
 
 /// A received datagram: its bytes and where it came from.
 pub struct Datagram {
     pub data: Vec<u8>,
     pub src: SocketAddr,
+}
+
+/// Asks the kernel to coalesce received datagrams (UDP GRO); returns whether it agreed.
+pub fn enable_gro(sock: &UdpSocket) -> bool {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one int from a live local.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            UDP_GRO,
+            &one as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    rc == 0
 }
 
 fn to_socket_addr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
@@ -64,19 +94,21 @@ fn from_socket_addr(a: &SocketAddr, ss: &mut libc::sockaddr_storage) -> libc::so
 /// Reusable receive buffers for one thread.
 pub struct Receiver {
     bufs: Vec<Vec<u8>>,
+    cmsgs: Vec<CmsgBuf>,
 }
 
 impl Receiver {
-    /// `max_datagram`: the largest datagram accepted; longer ones are truncated by the kernel
-    /// and dropped here.
+    /// `max_datagram`: the largest datagram (or GRO batch) accepted; longer ones are
+    /// truncated by the kernel and dropped here.
     pub fn new(max_datagram: usize) -> Self {
         Receiver {
             bufs: (0..BATCH).map(|_| vec![0u8; max_datagram]).collect(),
+            cmsgs: vec![[0; 4]; BATCH],
         }
     }
 
-    /// Blocks for at least one datagram, then takes up to [`BATCH`] without waiting more.
-    /// Returns the datagrams and how many were dropped as truncated.
+    /// Blocks for at least one datagram, then takes up to [`BATCH`] receives without waiting
+    /// more, splitting GRO batches. Returns how many were dropped as truncated.
     pub fn recv(&mut self, sock: &UdpSocket, out: &mut Vec<Datagram>) -> io::Result<usize> {
         let mut addrs: [MaybeUninit<libc::sockaddr_storage>; BATCH] = [MaybeUninit::uninit(); BATCH];
         let mut iovs: Vec<libc::iovec> = self
@@ -90,13 +122,17 @@ impl Receiver {
         // SAFETY: mmsghdr is plain data; zero is a valid value for every field.
         let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         for i in 0..BATCH {
-            msgs[i].msg_hdr.msg_name = addrs[i].as_mut_ptr() as *mut _;
-            msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-            msgs[i].msg_hdr.msg_iov = &mut iovs[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
+            let h = &mut msgs[i].msg_hdr;
+            h.msg_name = addrs[i].as_mut_ptr() as *mut _;
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = self.cmsgs[i].as_mut_ptr() as *mut _;
+            h.msg_controllen = std::mem::size_of::<CmsgBuf>();
         }
-        // SAFETY: every header points at a live buffer (self.bufs), a live iovec and a live
-        // address slot, all of which outlive the call; the kernel writes at most their lengths.
+        // SAFETY: every header points at a live buffer (self.bufs), a live iovec, a live
+        // address slot and a live control buffer, all of which outlive the call; the kernel
+        // writes at most their lengths.
         let n = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),
@@ -118,55 +154,148 @@ impl Receiver {
             }
             // SAFETY: the kernel filled msg_namelen bytes of this slot (at most its size).
             let ss = unsafe { addrs[i].assume_init_ref() };
-            let Some(src) = to_socket_addr(ss) else {
-                continue;
-            };
+            let Some(src) = to_socket_addr(ss) else { continue };
             let len = msgs[i].msg_len as usize;
-            out.push(Datagram {
-                data: self.bufs[i][..len].to_vec(),
-                src,
-            });
+            // With GRO one buffer may hold several datagrams of `segment` bytes, the last
+            // possibly shorter.
+            let segment = gro_segment_size(h).unwrap_or(len).max(1);
+            for chunk in self.bufs[i][..len].chunks(segment) {
+                out.push(Datagram {
+                    data: chunk.to_vec(),
+                    src,
+                });
+            }
         }
         Ok(truncated)
     }
 }
 
-/// Sends `payloads` to `to` with as few system calls as possible; returns how many were sent.
-pub fn send_batch(sock: &UdpSocket, to: SocketAddr, payloads: &[&[u8]]) -> io::Result<usize> {
+/// The segment size of a GRO-coalesced receive, from its control messages.
+fn gro_segment_size(h: &libc::msghdr) -> Option<usize> {
+    // SAFETY: `h` is a header the kernel just filled; CMSG_FIRSTHDR/NXTHDR stay within
+    // msg_control..msg_control + msg_controllen, which points at a live buffer.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
+                return (v > 0).then_some(v as usize);
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
+}
+
+/// Splits payloads into runs one GSO send can carry: equal sizes, except that the last may be
+/// shorter; at most GSO_MAX_SEGMENTS segments and GSO_MAX_BYTES bytes. Returns index ranges.
+fn gso_runs(payloads: &[&[u8]]) -> Vec<(usize, usize)> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < payloads.len() {
+        let size = payloads[i].len();
+        let (mut j, mut bytes) = (i + 1, size);
+        while j < payloads.len() && j - i < GSO_MAX_SEGMENTS && bytes + payloads[j].len() <= GSO_MAX_BYTES {
+            let len = payloads[j].len();
+            if len > size {
+                break;
+            }
+            bytes += len;
+            j += 1;
+            if len < size {
+                break; // a shorter segment ends the run
+            }
+        }
+        runs.push((i, j));
+        i = j;
+    }
+    runs
+}
+
+/// Sends `payloads` to `to` with as few system calls as possible, with UDP GSO while `gso`
+/// is true (clearing it if the kernel refuses GSO). Returns how many were sent.
+pub fn send_batch(sock: &UdpSocket, to: SocketAddr, payloads: &[&[u8]], gso: &AtomicBool) -> io::Result<usize> {
+    if payloads.len() > 1 && gso.load(Ordering::Relaxed) {
+        match send_mmsg(sock, to, payloads, &gso_runs(payloads)) {
+            Ok(n) => return Ok(n),
+            // EIO: the route's device cannot segment; EINVAL/ENOPROTOOPT: no UDP_SEGMENT here.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::ENOPROTOOPT)
+                ) =>
+            {
+                gso.store(false, Ordering::Relaxed);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let singles: Vec<(usize, usize)> = (0..payloads.len()).map(|i| (i, i + 1)).collect();
+    send_mmsg(sock, to, payloads, &singles)
+}
+
+/// One sendmmsg entry per run; a run of more than one payload is one GSO datagram.
+fn send_mmsg(sock: &UdpSocket, to: SocketAddr, payloads: &[&[u8]], runs: &[(usize, usize)]) -> io::Result<usize> {
     // SAFETY: sockaddr_storage is plain data; zero is valid.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let namelen = from_socket_addr(&to, &mut ss);
-    let mut sent = 0;
-    while sent < payloads.len() {
-        let chunk = &payloads[sent..payloads.len().min(sent + BATCH)];
-        let mut iovs: Vec<libc::iovec> = chunk
-            .iter()
-            .map(|p| libc::iovec {
-                iov_base: p.as_ptr() as *mut _,
-                iov_len: p.len(),
-            })
-            .collect();
-        // SAFETY: mmsghdr is plain data; zero is valid.
-        let mut msgs: Vec<libc::mmsghdr> = (0..chunk.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
-        for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
-            m.msg_hdr.msg_name = &mut ss as *mut _ as *mut _;
-            m.msg_hdr.msg_namelen = namelen;
-            m.msg_hdr.msg_iov = iov;
-            m.msg_hdr.msg_iovlen = 1;
+    let mut iovs: Vec<libc::iovec> = payloads
+        .iter()
+        .map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut _,
+            iov_len: p.len(),
+        })
+        .collect();
+    let mut cmsgs: Vec<CmsgBuf> = vec![[0; 4]; runs.len()];
+    // SAFETY: mmsghdr is plain data; zero is valid.
+    let mut msgs: Vec<libc::mmsghdr> = (0..runs.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
+    for (k, &(a, b)) in runs.iter().enumerate() {
+        let h = &mut msgs[k].msg_hdr;
+        h.msg_name = &mut ss as *mut _ as *mut _;
+        h.msg_namelen = namelen;
+        h.msg_iov = iovs[a..].as_mut_ptr();
+        h.msg_iovlen = b - a;
+        if b - a > 1 {
+            h.msg_control = cmsgs[k].as_mut_ptr() as *mut _;
+            // SAFETY: CMSG_SPACE is a pure size computation.
+            h.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+            // SAFETY: the control buffer is live, 8-byte aligned, and CMSG_SPACE(2) fits in it,
+            // so the first header and its 2-byte payload lie inside it.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(h);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, payloads[a].len() as u16);
+            }
         }
-        // SAFETY: each header points at a live iovec over a payload that outlives the call,
-        // and at `ss`, which holds a valid address of `namelen` bytes; the kernel only reads them.
-        let n = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as u32, 0) };
+    }
+    let mut done = 0;
+    while done < runs.len() {
+        // SAFETY: every header points at live iovecs over payloads that outlive the call, at
+        // `ss` (a valid address of `namelen` bytes) and at a live control buffer; the kernel
+        // only reads them.
+        let n = unsafe {
+            libc::sendmmsg(
+                sock.as_raw_fd(),
+                msgs[done..].as_mut_ptr(),
+                (runs.len() - done) as u32,
+                0,
+            )
+        };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            return if sent > 0 { Ok(sent) } else { Err(e) };
+            if done == 0 {
+                return Err(e);
+            }
+            break;
         }
-        sent += n as usize;
+        done += n as usize;
     }
-    Ok(sent)
+    Ok(runs[..done].iter().map(|(a, b)| b - a).sum())
 }
 
 #[cfg(test)]
@@ -180,7 +309,7 @@ mod tests {
         let to = rx.local_addr().unwrap();
         let payloads: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 10 + i as usize]).collect();
         let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
-        assert_eq!(send_batch(&tx, to, &refs).unwrap(), 40);
+        assert_eq!(send_batch(&tx, to, &refs, &AtomicBool::new(false)).unwrap(), 40);
         tx.send_to(&[9u8; 100], to).unwrap(); // longer than the receiver accepts
 
         let mut r = Receiver::new(64);
@@ -195,6 +324,44 @@ mod tests {
             assert_eq!(d.data, payloads[i], "datagram {i} arrives whole and in order");
             assert_eq!(d.src, tx.local_addr().unwrap());
         }
+    }
+
+    #[test]
+    fn gso_runs_follow_the_kernel_rules() {
+        let sizes = [100, 100, 100, 60, 100, 100, 120, 120];
+        let bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0; n]).collect();
+        let refs: Vec<&[u8]> = bufs.iter().map(|b| b.as_slice()).collect();
+        assert_eq!(gso_runs(&refs), vec![(0, 4), (4, 6), (6, 8)]);
+        let many: Vec<&[u8]> = (0..100).map(|_| &bufs[0][..]).collect();
+        assert_eq!(gso_runs(&many), vec![(0, 64), (64, 100)]);
+        let big = vec![0u8; 1500];
+        let bigs: Vec<&[u8]> = (0..50).map(|_| &big[..]).collect();
+        assert_eq!(gso_runs(&bigs)[0], (0, 43), "at most 65507 bytes per send");
+    }
+
+    /// GSO out and GRO in over loopback: every datagram arrives whole and in order, whichever
+    /// of the two the kernel supports (the fallback path is taken where it does not).
+    #[test]
+    fn gso_and_gro_round_trip() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let gro = enable_gro(&rx);
+        let to = rx.local_addr().unwrap();
+        let mut payloads: Vec<Vec<u8>> = (0..50u8).map(|i| vec![i; 1200]).collect();
+        payloads.push(vec![99; 500]);
+        let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+        let gso = AtomicBool::new(true);
+        assert_eq!(send_batch(&tx, to, &refs, &gso).unwrap(), 51);
+        let mut r = Receiver::new(65536);
+        let mut got = Vec::new();
+        while got.len() < 51 {
+            r.recv(&rx, &mut got).unwrap();
+        }
+        assert_eq!(got.len(), 51);
+        for (i, d) in got.iter().enumerate() {
+            assert_eq!(d.data, payloads[i], "datagram {i}");
+        }
+        eprintln!("gso still enabled: {}, gro granted: {gro}", gso.load(Ordering::Relaxed));
     }
 
     #[test]

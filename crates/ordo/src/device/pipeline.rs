@@ -159,7 +159,7 @@ fn deliver_outbound(device: &Device, lanes: &PeerLanes, mut run: Vec<OutboundBat
             let payloads: Vec<&[u8]> = b.packets.iter().map(Vec::as_slice).collect();
             let sent = sockets
                 .socket_for(b.to)
-                .and_then(|(s, to)| batch::send_batch(s, to, &payloads))
+                .and_then(|(s, to)| batch::send_batch(s, to, &payloads, &sockets.gso))
                 .unwrap_or(0);
             if sent < payloads.len() {
                 device

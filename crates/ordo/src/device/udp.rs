@@ -4,6 +4,7 @@
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::AtomicBool;
 
 /// Socket buffers asked for; the kernel caps them at net.core.[rw]mem_max unless forced.
 const SOCKET_BUFFER: usize = 4 << 20;
@@ -12,6 +13,10 @@ pub struct Sockets {
     pub v4: UdpSocket,
     pub v6: Option<UdpSocket>,
     pub port: u16,
+    /// UDP GSO: on until the kernel refuses it once (see batch::send_batch).
+    pub gso: AtomicBool,
+    /// Whether the kernel granted UDP GRO on the receive sockets.
+    pub gro: bool,
 }
 
 fn open(domain: Domain, addr: SocketAddr, fwmark: u32) -> io::Result<UdpSocket> {
@@ -30,6 +35,17 @@ fn open(domain: Domain, addr: SocketAddr, fwmark: u32) -> io::Result<UdpSocket> 
 }
 
 impl Sockets {
+    fn new(v4: UdpSocket, v6: Option<UdpSocket>, port: u16) -> Sockets {
+        let gro = super::batch::enable_gro(&v4) & v6.as_ref().is_none_or(super::batch::enable_gro);
+        Sockets {
+            v4,
+            v6,
+            port,
+            gso: AtomicBool::new(true),
+            gro,
+        }
+    }
+
     /// Binds both families on `port` (0: any free port, the same for both).
     pub fn bind(port: u16, fwmark: u32) -> io::Result<Sockets> {
         let mut last_err = None;
@@ -37,20 +53,10 @@ impl Sockets {
             let v4 = open(Domain::IPV4, (Ipv4Addr::UNSPECIFIED, port).into(), fwmark)?;
             let bound = v4.local_addr()?.port();
             match open(Domain::IPV6, (Ipv6Addr::UNSPECIFIED, bound).into(), fwmark) {
-                Ok(v6) => {
-                    return Ok(Sockets {
-                        v4,
-                        v6: Some(v6),
-                        port: bound,
-                    })
-                }
+                Ok(v6) => return Ok(Sockets::new(v4, Some(v6), bound)),
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse && port == 0 => last_err = Some(e),
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL)) => {
-                    return Ok(Sockets {
-                        v4,
-                        v6: None,
-                        port: bound,
-                    });
+                    return Ok(Sockets::new(v4, None, bound));
                 }
                 Err(e) => return Err(e),
             }
