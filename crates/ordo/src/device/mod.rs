@@ -7,6 +7,7 @@
 
 pub mod batch;
 pub mod lane;
+pub mod offload;
 pub mod pipeline;
 pub mod stats;
 pub mod tun;
@@ -38,6 +39,9 @@ const JOB_QUEUE: usize = 1024;
 pub struct IoCounters {
     pub tun_write_errors: AtomicU64,
     pub udp_send_errors: AtomicU64,
+    /// Writes to the TUN device, and packets that went in coalesced ones.
+    pub tun_writes: AtomicU64,
+    pub tun_coalesced_packets: AtomicU64,
 }
 
 pub struct Device {

@@ -14,6 +14,7 @@
 
 use super::batch::{self, Datagram};
 use super::lane::{Finish, Lane};
+use super::offload;
 use super::stats::{Stage, ThreadStats};
 use super::Device;
 use ordo_proto::messages::{self, Kind, DATA_HEADER_LEN};
@@ -129,17 +130,57 @@ fn deliver_inbound(device: &Device, lanes: &PeerLanes, mut run: Vec<InboundBatch
             }
             Device::drain(&mut core)
         };
-        for &(bi, pi, len) in &to_tun {
-            let data = &run[bi].packets[pi].data;
-            if device.tun.write(&data[DATA_HEADER_LEN..DATA_HEADER_LEN + len]).is_err() {
-                device.io.tun_write_errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        write_to_tun(device, &mut run, &to_tun);
         device.send_transmits(transmits);
         device.stats.record(Stage::DeliverInbound, me, to_tun.len(), start);
         match lanes.inbound.continue_delivery() {
             Some(r) => run = r,
             None => return,
+        }
+    }
+}
+
+/// Writes accepted packets (batch, packet, length) to the TUN device: segments of one TCP
+/// flow coalesced into single writes where the device takes virtio-net headers.
+fn write_to_tun(device: &Device, run: &mut [InboundBatch], accepted: &[(usize, usize, usize)]) {
+    let io = &device.io;
+    let write = |bytes: &[u8], packets: usize| {
+        io.tun_writes.fetch_add(1, Ordering::Relaxed);
+        if device.tun.write(bytes).is_err() {
+            io.tun_write_errors.fetch_add(packets as u64, Ordering::Relaxed);
+        }
+    };
+    if !device.tun.has_vnet_hdr() {
+        for &(bi, pi, len) in accepted {
+            write(&run[bi].packets[pi].data[DATA_HEADER_LEN..DATA_HEADER_LEN + len], 1);
+        }
+        return;
+    }
+    let plan = {
+        let packets: Vec<&[u8]> = accepted
+            .iter()
+            .map(|&(bi, pi, len)| &run[bi].packets[pi].data[DATA_HEADER_LEN..DATA_HEADER_LEN + len])
+            .collect();
+        offload::plan(&packets)
+    };
+    for w in plan {
+        match w {
+            offload::Write::Single(k) => {
+                let (bi, pi, len) = accepted[k];
+                // The message header before the packet is spent: the virtio-net header goes there.
+                let data = &mut run[bi].packets[pi].data;
+                let at = DATA_HEADER_LEN - offload::VNET_HDR_LEN;
+                offload::PLAIN.write(&mut data[at..DATA_HEADER_LEN]);
+                write(&data[at..DATA_HEADER_LEN + len], 1);
+            }
+            offload::Write::Coalesced(a, b) => {
+                let segments: Vec<&[u8]> = accepted[a..b]
+                    .iter()
+                    .map(|&(bi, pi, len)| &run[bi].packets[pi].data[DATA_HEADER_LEN..DATA_HEADER_LEN + len])
+                    .collect();
+                io.tun_coalesced_packets.fetch_add((b - a) as u64, Ordering::Relaxed);
+                write(&offload::coalesce(&segments), b - a);
+            }
         }
     }
 }

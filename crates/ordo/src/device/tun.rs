@@ -5,9 +5,13 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
+use super::offload::{complete_checksum, VnetHdr, VNET_HDR_LEN};
+
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TUN: libc::c_short = 0x0001;
 const IFF_NO_PI: libc::c_short = 0x1000;
+/// Every packet is preceded by a virtio-net header (see offload.rs).
+const IFF_VNET_HDR: libc::c_short = 0x4000;
 
 /// `struct ifreq` reduced to the two members used here.
 #[repr(C)]
@@ -39,6 +43,8 @@ impl IfReq {
 pub struct Tun {
     file: File,
     name: String,
+    /// Packets carry a virtio-net header, so writes can be coalesced (see offload.rs).
+    vnet_hdr: bool,
 }
 
 impl Tun {
@@ -50,7 +56,7 @@ impl Tun {
             .custom_flags(libc::O_CLOEXEC)
             .open("/dev/net/tun")?;
         let mut req = IfReq::new(name)?;
-        req.value = (IFF_TUN | IFF_NO_PI) as libc::c_int;
+        req.value = (IFF_TUN | IFF_NO_PI | IFF_VNET_HDR) as libc::c_int;
         // SAFETY: TUNSETIFF reads and writes one `struct ifreq`; IfReq has its layout
         // (16-byte name, then a 24-byte union) and lives for the call.
         let rc = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF, &mut req as *mut IfReq) };
@@ -68,6 +74,7 @@ impl Tun {
         Ok(Tun {
             file,
             name: name.to_string(),
+            vnet_hdr: true,
         })
     }
 
@@ -84,9 +91,23 @@ impl Tun {
         while out.len() < max {
             match self.read(scratch) {
                 Ok(n) => {
-                    let mut p = Vec::with_capacity(headroom + n + 32);
+                    let packet = if self.vnet_hdr {
+                        if n < VNET_HDR_LEN {
+                            continue;
+                        }
+                        let h = VnetHdr::parse(&scratch[..VNET_HDR_LEN]);
+                        // No offloads are advertised, so the kernel sends whole packets; a
+                        // partial checksum is finished here, anything else is not ours to send.
+                        if h.gso_type != 0 || !complete_checksum(&h, &mut scratch[VNET_HDR_LEN..n]) {
+                            continue;
+                        }
+                        &scratch[VNET_HDR_LEN..n]
+                    } else {
+                        &scratch[..n]
+                    };
+                    let mut p = Vec::with_capacity(headroom + packet.len() + 32);
                     p.resize(headroom, 0);
-                    p.extend_from_slice(&scratch[..n]);
+                    p.extend_from_slice(packet);
                     out.push(p);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -126,9 +147,16 @@ impl Tun {
         (&self.file).read(buf)
     }
 
-    pub fn write(&self, packet: &[u8]) -> io::Result<usize> {
+    /// Whether writes start with a virtio-net header.
+    pub fn has_vnet_hdr(&self) -> bool {
+        self.vnet_hdr
+    }
+
+    /// Writes one packet, or with a virtio-net header, one (possibly coalesced) packet behind
+    /// its header.
+    pub fn write(&self, bytes: &[u8]) -> io::Result<usize> {
         use std::io::Write;
-        (&self.file).write(packet)
+        (&self.file).write(bytes)
     }
 
     pub fn mtu(&self) -> io::Result<u32> {

@@ -169,6 +169,11 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
     for (name, value) in [
         ("drop_tun_write_error", io.tun_write_errors.load(Ordering::Relaxed)),
         ("drop_udp_send_error", io.udp_send_errors.load(Ordering::Relaxed)),
+        ("tun_writes", io.tun_writes.load(Ordering::Relaxed)),
+        (
+            "tun_coalesced_packets",
+            io.tun_coalesced_packets.load(Ordering::Relaxed),
+        ),
         ("handshakes_initiated", core.stats.handshakes_initiated),
         ("handshakes_completed", core.stats.handshakes_completed),
         ("cookie_replies_sent", core.stats.cookie_replies_sent),

@@ -1,0 +1,387 @@
+//! TUN offloads: the virtio-net header that precedes every packet on a TUN device opened with
+//! IFF_VNET_HDR, and TCP coalescing on the way to the kernel (generic receive offload done in
+//! user space): consecutive segments of one TCP flow become one large packet that the kernel
+//! takes in a single write, as it would from a NIC doing GRO.
+
+/// struct virtio_net_hdr: flags, gso_type, hdr_len, gso_size, csum_start, csum_offset.
+pub const VNET_HDR_LEN: usize = 10;
+const F_NEEDS_CSUM: u8 = 1;
+const GSO_NONE: u8 = 0;
+const GSO_TCPV4: u8 = 1;
+const GSO_TCPV6: u8 = 4;
+/// Largest packet the kernel takes in one write.
+const MAX_COALESCED: usize = 65535;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VnetHdr {
+    pub flags: u8,
+    pub gso_type: u8,
+    pub hdr_len: u16,
+    pub gso_size: u16,
+    pub csum_start: u16,
+    pub csum_offset: u16,
+}
+
+impl VnetHdr {
+    pub fn parse(b: &[u8]) -> VnetHdr {
+        let u = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        VnetHdr {
+            flags: b[0],
+            gso_type: b[1],
+            hdr_len: u(2),
+            gso_size: u(4),
+            csum_start: u(6),
+            csum_offset: u(8),
+        }
+    }
+    pub fn write(&self, b: &mut [u8]) {
+        b[0] = self.flags;
+        b[1] = self.gso_type;
+        b[2..4].copy_from_slice(&self.hdr_len.to_le_bytes());
+        b[4..6].copy_from_slice(&self.gso_size.to_le_bytes());
+        b[6..8].copy_from_slice(&self.csum_start.to_le_bytes());
+        b[8..10].copy_from_slice(&self.csum_offset.to_le_bytes());
+    }
+}
+
+/// One's-complement sum of `data` added to `sum` (RFC 1071), not yet folded.
+fn sum16(mut sum: u32, data: &[u8]) -> u32 {
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+    }
+    if let [last] = chunks.remainder() {
+        sum += (*last as u32) << 8;
+    }
+    sum
+}
+
+fn fold(mut sum: u32) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// Completes a checksum the kernel left partial (flag NEEDS_CSUM): the field at
+/// `csum_start + csum_offset` holds the pseudo-header sum; the sum over the rest finishes it.
+pub fn complete_checksum(h: &VnetHdr, packet: &mut [u8]) -> bool {
+    let (start, at) = (h.csum_start as usize, h.csum_start as usize + h.csum_offset as usize);
+    if h.flags & F_NEEDS_CSUM == 0 {
+        return true;
+    }
+    if at + 2 > packet.len() || start > packet.len() {
+        return false;
+    }
+    let c = !fold(sum16(0, &packet[start..]));
+    packet[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    true
+}
+
+/// The TCP facts of an IP packet that decide whether it can join a coalesced packet.
+#[derive(Debug, Clone, Copy)]
+struct Tcp {
+    v6: bool,
+    /// IP header length.
+    ip_len: usize,
+    /// IP + TCP header length.
+    hdr_len: usize,
+    seq: u32,
+    flags: u8,
+    payload: usize,
+}
+
+const TCP_PSH: u8 = 0x08;
+const TCP_ACK: u8 = 0x10;
+
+fn tcp_of(p: &[u8]) -> Option<Tcp> {
+    let (v6, ip_len, proto) = match p.first()? >> 4 {
+        4 if p.len() >= 20 => {
+            let ihl = (p[0] & 0x0f) as usize * 4;
+            let frag = u16::from_be_bytes([p[6], p[7]]);
+            // No options (so headers compare simply), no fragments.
+            if ihl != 20 || frag & 0x3fff != 0 || u16::from_be_bytes([p[2], p[3]]) as usize != p.len() {
+                return None;
+            }
+            (false, 20, p[9])
+        }
+        6 if p.len() >= 40 => {
+            if 40 + u16::from_be_bytes([p[4], p[5]]) as usize != p.len() {
+                return None;
+            }
+            (true, 40, p[6]) // extension headers: not coalesced
+        }
+        _ => return None,
+    };
+    if proto != 6 || p.len() < ip_len + 20 {
+        return None;
+    }
+    let t = &p[ip_len..];
+    let doff = (t[12] >> 4) as usize * 4;
+    if doff < 20 || ip_len + doff > p.len() {
+        return None;
+    }
+    Some(Tcp {
+        v6,
+        ip_len,
+        hdr_len: ip_len + doff,
+        seq: u32::from_be_bytes([t[4], t[5], t[6], t[7]]),
+        flags: t[13],
+        payload: p.len() - ip_len - doff,
+    })
+}
+
+/// Whether `next` continues `first`'s flow right after `prev`: same addresses, ports, ack,
+/// window, options and IP fields that GRO requires equal; the next sequence number; plain
+/// ACK (PSH allowed, it ends the packet).
+fn continues(first: &[u8], ft: &Tcp, prev: &Tcp, next: &[u8], nt: &Tcp) -> bool {
+    if nt.v6 != ft.v6 || nt.hdr_len != ft.hdr_len || nt.payload == 0 || nt.flags & !TCP_PSH != TCP_ACK {
+        return false;
+    }
+    if nt.seq != prev.seq.wrapping_add(prev.payload as u32) {
+        return false;
+    }
+    let ip_same = if ft.v6 {
+        // version/class/flow label, next header, hop limit, addresses
+        first[0..4] == next[0..4] && first[6..40] == next[6..40]
+    } else {
+        // version/IHL/TOS, flags (DF), TTL, protocol, addresses (not total length, ID, checksum)
+        first[0..2] == next[0..2] && first[6] == next[6] && first[8..10] == next[8..10] && first[12..20] == next[12..20]
+    };
+    // ports and ack number; window; options. Not sequence number, flags or checksum.
+    let (a, b) = (&first[ft.ip_len..ft.hdr_len], &next[nt.ip_len..nt.hdr_len]);
+    ip_same && a[0..4] == b[0..4] && a[8..12] == b[8..12] && a[14..16] == b[14..16] && a[20..] == b[20..]
+}
+
+/// How the packets of a delivery run are written: as they are, or several merged into one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    Single(usize),
+    /// Packets `start..end`, all of one flow, merged.
+    Coalesced(usize, usize),
+}
+
+/// Plans the writes for `packets`, in order.
+pub fn plan(packets: &[&[u8]]) -> Vec<Write> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < packets.len() {
+        let Some(ft) = tcp_of(packets[i]).filter(|t| t.payload > 0 && t.flags & !TCP_PSH == TCP_ACK) else {
+            out.push(Write::Single(i));
+            i += 1;
+            continue;
+        };
+        let (mut j, mut prev, mut total) = (i + 1, ft, packets[i].len());
+        while j < packets.len() && prev.flags & TCP_PSH == 0 && prev.payload == ft.payload {
+            let Some(nt) = tcp_of(packets[j]) else { break };
+            if nt.payload > ft.payload
+                || total + nt.payload > MAX_COALESCED
+                || !continues(packets[i], &ft, &prev, packets[j], &nt)
+            {
+                break;
+            }
+            total += nt.payload;
+            prev = nt;
+            j += 1;
+        }
+        out.push(if j - i > 1 {
+            Write::Coalesced(i, j)
+        } else {
+            Write::Single(i)
+        });
+        i = j;
+    }
+    out
+}
+
+/// Builds one packet (behind its virtio-net header) from consecutive segments of a flow, as
+/// the kernel's GRO would: the first segment's headers, every payload, the lengths fixed, PSH
+/// from the last, and a partial checksum the kernel finishes or trusts.
+pub fn coalesce(segments: &[&[u8]]) -> Vec<u8> {
+    let first = segments[0];
+    let ft = tcp_of(first).expect("planned as TCP");
+    let last = tcp_of(segments[segments.len() - 1]).expect("planned as TCP");
+    let total = ft.hdr_len + segments.iter().map(|s| s.len() - ft.hdr_len).sum::<usize>();
+    let mut out = Vec::with_capacity(VNET_HDR_LEN + total);
+    out.resize(VNET_HDR_LEN, 0);
+    out.extend_from_slice(&first[..ft.hdr_len]);
+    for s in segments {
+        out.extend_from_slice(&s[ft.hdr_len..]);
+    }
+    let p = &mut out[VNET_HDR_LEN..];
+    let tcp_len = total - ft.ip_len;
+    let pseudo = if ft.v6 {
+        p[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
+        sum16(
+            sum16(0, &p[8..40]),
+            &[0, 0, (tcp_len >> 8) as u8, tcp_len as u8, 0, 0, 0, 6],
+        )
+    } else {
+        p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        p[10..12].fill(0);
+        let c = !fold(sum16(0, &p[..20]));
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+        sum16(sum16(0, &p[12..20]), &[0, 6, (tcp_len >> 8) as u8, tcp_len as u8])
+    };
+    let t = &mut p[ft.ip_len..];
+    t[13] |= last.flags & TCP_PSH;
+    // CHECKSUM_PARTIAL: the field holds the pseudo-header sum, not inverted.
+    t[16..18].copy_from_slice(&fold(pseudo).to_be_bytes());
+    VnetHdr {
+        flags: F_NEEDS_CSUM,
+        gso_type: if ft.v6 { GSO_TCPV6 } else { GSO_TCPV4 },
+        hdr_len: ft.hdr_len as u16,
+        gso_size: ft.payload as u16,
+        csum_start: ft.ip_len as u16,
+        csum_offset: 16,
+    }
+    .write(&mut out[..VNET_HDR_LEN]);
+    out
+}
+
+/// The header for a packet written as it is.
+pub const PLAIN: VnetHdr = VnetHdr {
+    flags: 0,
+    gso_type: GSO_NONE,
+    hdr_len: 0,
+    gso_size: 0,
+    csum_start: 0,
+    csum_offset: 0,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IPv4 TCP segment with a valid IP header checksum.
+    fn seg(seq: u32, payload: &[u8], flags: u8) -> Vec<u8> {
+        let total = 20 + 20 + payload.len();
+        let mut p = vec![0u8; total];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        p[6] = 0x40; // DF
+        p[8] = 64;
+        p[9] = 6;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        let c = !fold(sum16(0, &p[..20]));
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+        let t = &mut p[20..];
+        t[0..2].copy_from_slice(&5201u16.to_be_bytes());
+        t[2..4].copy_from_slice(&40000u16.to_be_bytes());
+        t[4..8].copy_from_slice(&seq.to_be_bytes());
+        t[8..12].copy_from_slice(&7u32.to_be_bytes());
+        t[12] = 5 << 4;
+        t[13] = flags;
+        t[14..16].copy_from_slice(&512u16.to_be_bytes());
+        p[40..].copy_from_slice(payload);
+        p
+    }
+
+    fn refs(v: &[Vec<u8>]) -> Vec<&[u8]> {
+        v.iter().map(|p| p.as_slice()).collect()
+    }
+
+    #[test]
+    fn consecutive_segments_merge_and_others_do_not() {
+        let a = seg(1000, &[1; 100], TCP_ACK);
+        let b = seg(1100, &[2; 100], TCP_ACK);
+        let c = seg(1200, &[3; 60], TCP_ACK | TCP_PSH);
+        let d = seg(1260, &[4; 100], TCP_ACK); // after the PSH: a new packet
+        let gap = seg(5000, &[5; 100], TCP_ACK);
+        let syn = seg(1, &[], 0x02);
+        let pkts = vec![a, b, c, d, gap, syn];
+        assert_eq!(
+            plan(&refs(&pkts)),
+            vec![
+                Write::Coalesced(0, 3),
+                Write::Single(3),
+                Write::Single(4),
+                Write::Single(5)
+            ]
+        );
+    }
+
+    #[test]
+    fn coalesced_packet_is_what_gro_would_build() {
+        let pkts = vec![
+            seg(1000, &[1; 100], TCP_ACK),
+            seg(1100, &[2; 100], TCP_ACK),
+            seg(1200, &[3; 60], TCP_ACK | TCP_PSH),
+        ];
+        let out = coalesce(&refs(&pkts));
+        let h = VnetHdr::parse(&out);
+        assert_eq!(
+            h,
+            VnetHdr {
+                flags: F_NEEDS_CSUM,
+                gso_type: GSO_TCPV4,
+                hdr_len: 40,
+                gso_size: 100,
+                csum_start: 20,
+                csum_offset: 16
+            }
+        );
+        let p = &out[VNET_HDR_LEN..];
+        assert_eq!(p.len(), 40 + 260);
+        assert_eq!(u16::from_be_bytes([p[2], p[3]]), 300);
+        assert_eq!(fold(sum16(0, &p[..20])), 0xffff, "IP header checksum is valid");
+        assert_eq!(&p[40..140], &[1; 100][..]);
+        assert_eq!(&p[240..300], &[3; 60][..], "payloads in order");
+        assert_eq!(p[33] & TCP_PSH, TCP_PSH);
+        // Finishing the partial checksum gives the TCP checksum of the whole segment.
+        let mut full = p.to_vec();
+        assert!(complete_checksum(&h, &mut full));
+        let tcp_len = 280u16;
+        let mut pseudo = sum16(0, &full[12..20]);
+        pseudo = sum16(pseudo, &[0, 6]);
+        pseudo = sum16(pseudo, &tcp_len.to_be_bytes());
+        assert_eq!(fold(sum16(pseudo, &full[20..])), 0xffff, "TCP checksum verifies");
+    }
+
+    #[test]
+    fn different_flows_and_ack_numbers_stay_apart() {
+        let a = seg(1000, &[1; 100], TCP_ACK);
+        let mut b = seg(1100, &[2; 100], TCP_ACK);
+        b[22..24].copy_from_slice(&40001u16.to_be_bytes()); // another port
+        let mut c = seg(1100, &[2; 100], TCP_ACK);
+        c[28..32].copy_from_slice(&8u32.to_be_bytes()); // another ack
+        assert_eq!(plan(&refs(&[a.clone(), b])), vec![Write::Single(0), Write::Single(1)]);
+        assert_eq!(plan(&refs(&[a, c])), vec![Write::Single(0), Write::Single(1)]);
+    }
+
+    #[test]
+    fn size_limit_splits_long_runs() {
+        let pkts: Vec<Vec<u8>> = (0..100u32).map(|i| seg(i * 1000, &[0; 1000], TCP_ACK)).collect();
+        let p = plan(&refs(&pkts));
+        assert_eq!(p[0], Write::Coalesced(0, 65), "40 + 65 x 1000 bytes fits in 65535");
+        assert_eq!(p[1], Write::Coalesced(65, 100));
+    }
+
+    #[test]
+    fn partial_checksums_are_completed() {
+        let mut p = seg(1, &[9; 33], TCP_ACK);
+        let tcp_len = (p.len() - 20) as u16;
+        let pseudo = fold(sum16(sum16(sum16(0, &p[12..20]), &[0, 6]), &tcp_len.to_be_bytes()));
+        p[36..38].copy_from_slice(&pseudo.to_be_bytes());
+        let h = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            csum_start: 20,
+            csum_offset: 16,
+            ..Default::default()
+        };
+        assert!(complete_checksum(&h, &mut p));
+        let check = fold(sum16(sum16(sum16(0, &p[12..20]), &[0, 6]), &tcp_len.to_be_bytes()) + sum16(0, &p[20..]));
+        assert_eq!(check, 0xffff);
+        let bad = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            csum_start: 200,
+            csum_offset: 16,
+            ..Default::default()
+        };
+        assert!(
+            !complete_checksum(&bad, &mut p),
+            "out-of-range offsets are refused, not trusted"
+        );
+    }
+}
