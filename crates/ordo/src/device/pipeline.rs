@@ -327,7 +327,8 @@ pub fn receive_loop(device: Arc<Device>, sock_index: usize, generation: u64, job
 /// reserved; packets for peers without a session wait in the core for a handshake.
 pub fn read_loop(device: Arc<Device>, jobs: crossbeam_channel::Sender<Job>) {
     let me = device.stats.register_thread("read");
-    let mut scratch = vec![0u8; super::MAX_PACKET];
+    // A TSO read brings up to 64 KB behind its virtio-net header.
+    let mut scratch = vec![0u8; super::MAX_PACKET + 1 + offload::VNET_HDR_LEN];
     let mut packets: Vec<Vec<u8>> = Vec::with_capacity(batch::BATCH);
     while !device.stopped() {
         packets.clear();

@@ -5,13 +5,20 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use super::offload::{complete_checksum, VnetHdr, VNET_HDR_LEN};
+use super::offload::{complete_checksum, segment_tso, VnetHdr, VNET_HDR_LEN};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TUN: libc::c_short = 0x0001;
 const IFF_NO_PI: libc::c_short = 0x1000;
 /// Every packet is preceded by a virtio-net header (see offload.rs).
 const IFF_VNET_HDR: libc::c_short = 0x4000;
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+/// Offloads we take: the kernel may hand us TCP segments of up to 64 KB with a partial
+/// checksum (TSO), which we split and checksum ourselves (offload::segment_tso).
+const TUN_F_CSUM: libc::c_uint = 0x01;
+const TUN_F_TSO4: libc::c_uint = 0x02;
+const TUN_F_TSO6: libc::c_uint = 0x04;
+const TUN_F_TSO_ECN: libc::c_uint = 0x08;
 
 /// `struct ifreq` reduced to the two members used here.
 #[repr(C)]
@@ -45,6 +52,8 @@ pub struct Tun {
     name: String,
     /// Packets carry a virtio-net header, so writes can be coalesced (see offload.rs).
     vnet_hdr: bool,
+    /// The kernel agreed to hand us TSO segments.
+    tso: bool,
 }
 
 impl Tun {
@@ -71,10 +80,14 @@ impl Tun {
                 return Err(io::Error::last_os_error());
             }
         }
+        let offloads = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN;
+        // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is passed.
+        let tso = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETOFFLOAD, offloads as libc::c_ulong) } == 0;
         Ok(Tun {
             file,
             name: name.to_string(),
             vnet_hdr: true,
+            tso,
         })
     }
 
@@ -96,9 +109,12 @@ impl Tun {
                             continue;
                         }
                         let h = VnetHdr::parse(&scratch[..VNET_HDR_LEN]);
-                        // No offloads are advertised, so the kernel sends whole packets; a
-                        // partial checksum is finished here, anything else is not ours to send.
-                        if h.gso_type != 0 || !complete_checksum(&h, &mut scratch[VNET_HDR_LEN..n]) {
+                        if h.gso_type != 0 {
+                            // A TSO segment: split it into packets (malformed ones are dropped).
+                            segment_tso(&h, &scratch[VNET_HDR_LEN..n], headroom, out);
+                            continue;
+                        }
+                        if !complete_checksum(&h, &mut scratch[VNET_HDR_LEN..n]) {
                             continue;
                         }
                         &scratch[VNET_HDR_LEN..n]
@@ -145,6 +161,11 @@ impl Tun {
     pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         use std::io::Read;
         (&self.file).read(buf)
+    }
+
+    /// Whether the kernel hands us TSO segments.
+    pub fn has_tso(&self) -> bool {
+        self.tso
     }
 
     /// Whether writes start with a virtio-net header.
