@@ -31,8 +31,10 @@ pub(crate) const MAX_PACKET: usize = 65535;
 /// Longest the timer thread sleeps, so housekeeping (MTU, socket file) runs regularly.
 const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(250);
 /// Work items waiting for a worker; a full queue makes the dispatchers wait, so the kernel's
-/// socket and TUN queues absorb (and count) the excess instead of our memory.
-const JOB_QUEUE: usize = 1024;
+/// socket and TUN queues absorb (and count) the excess instead of our memory. A work item is
+/// at most one receive batch (32 receives of up to 64 KB with GRO: 2 MB), so this bounds the
+/// queue at about 128 MB in the worst case, and is still 32 batches per worker on 2 cores.
+const JOB_QUEUE: usize = 64;
 
 /// Errors of the I/O layer, counted beside the core's drop reasons.
 #[derive(Default)]
