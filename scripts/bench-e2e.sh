@@ -41,14 +41,29 @@ r = json.load(sys.stdin)['end']
 ticks = os.sysconf('SC_CLK_TCK')
 print('$impl', r['sum_received']['bits_per_second'] / 1e9, ($cpu1 - $cpu0) / ticks / $DURATION, r['sum_sent'].get('retransmits', 0))
 " >>"$results"
+        if [[ $impl == ordo ]]; then
+            # The in-order stage at saturation: receiver's inbound and sender's outbound lanes.
+            for side in "$IF_B deliver_inbound" "$IF_A deliver_outbound"; do
+                set -- $side
+                "$ORDO" show "$1" --json | python3 -c "
+import json, sys
+c = json.load(sys.stdin)[0]['counters']
+w = c['stage_$2_wakeups']
+print('lane', '$2', c['stage_$2_packets'], w, c['stage_$2_wasted_wakeups'])" >>"$results"
+            done
+        fi
         teardown
     done
 done
 
 python3 - "$results" "$DURATION" "$RUNS" <<'PY'
 import sys, statistics, datetime, platform, os
-rows = {}
+rows, lanes = {}, {}
 for line in open(sys.argv[1]):
+    if line.startswith("lane "):
+        _, stage, packets, wakeups, wasted = line.split()
+        lanes.setdefault(stage, []).append((int(packets), int(wakeups), int(wasted)))
+        continue
     impl, gbps, cores, retr = line.split()
     rows.setdefault(impl, []).append((float(gbps), float(cores), int(retr)))
 def med(impl, i):
@@ -65,4 +80,13 @@ for impl in rows:
     rg = g / med(ref, 0) if ref else float("nan")
     rc = cpg / (med(ref, 1) / med(ref, 0)) if ref else float("nan")
     print(f"| {impl} | {g:.2f} | {rg:.2f} | {c:.2f} | {cpg:.2f} | {rc:.2f} | {int(med(impl, 2))} |")
+if lanes:
+    print()
+    print("Ordo's in-order stage at saturation (pool model), summed over the runs:")
+    print()
+    print("| stage | packets | delivery wake-ups | packets per wake-up | wasted wake-ups |")
+    print("|---|---|---|---|---|")
+    for stage, v in lanes.items():
+        p, w, x = (sum(r[i] for r in v) for i in range(3))
+        print(f"| {stage} | {p} | {w} | {p / max(w, 1):.1f} | {x} ({100 * x / max(w, 1):.2f}%) |")
 PY
