@@ -12,18 +12,127 @@
 //! The protocol core's lock is taken once per batch, for lookups before the crypto and for the
 //! in-order bookkeeping after it (replay window, timers, roaming), never during the crypto.
 
-use super::batch::{self, Datagram};
+use super::batch::Datagram;
 use super::lane::{Finish, Lane};
-use super::offload;
-use super::stats::{Stage, ThreadStats};
-use super::Device;
+use super::stats::{Stage, Stats, ThreadStats};
 use ordo_proto::messages::{self, Kind, DATA_HEADER_LEN};
 use ordo_proto::session::Session;
-use ordo_proto::{Accepted, DropReason, PeerId};
+use ordo_proto::{Accepted, DropReason, Interface, PeerId, Transmit};
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
+
+/// Where the data plane's packets go: the kernel (TUN device and UDP sockets, see
+/// `kernel.rs`) or memory (`ordo bench`). Reading is the caller's: it hands batches to
+/// [`DataPlane::dispatch_inbound`] and [`DataPlane::dispatch_outbound`].
+pub trait Io: Send + Sync + Sized + 'static {
+    /// Writes the accepted inner packets of a delivery run, in order: `accepted` lists
+    /// (batch, packet, length), the packet being at `DATA_HEADER_LEN..` of its buffer.
+    fn write_inner(&self, plane: &DataPlane<Self>, run: &mut [InboundBatch], accepted: &[(usize, usize, usize)]);
+    /// Sends messages to `to`; returns how many went out.
+    fn send_outer(&self, to: SocketAddr, payloads: &[&[u8]]) -> usize;
+}
+
+/// Errors and figures of the I/O side, counted beside the core's drop reasons.
+#[derive(Default)]
+pub struct IoCounters {
+    pub tun_write_errors: AtomicU64,
+    pub udp_send_errors: AtomicU64,
+    /// Writes to the TUN device, and packets that went in coalesced ones.
+    pub tun_writes: AtomicU64,
+    pub tun_coalesced_packets: AtomicU64,
+}
+
+/// The pool model's shared state: the protocol core, the peers' lanes, the counters.
+pub struct DataPlane<I: Io> {
+    core: Mutex<Interface>,
+    lanes: Mutex<HashMap<PeerId, Arc<PeerLanes>>>,
+    pub stats: Stats,
+    pub counters: IoCounters,
+    pub io: I,
+    workers: usize,
+}
+
+/// Work items waiting for a worker; a full queue makes the dispatchers wait, so the kernel's
+/// socket and TUN queues absorb (and count) the excess instead of our memory. A work item is
+/// at most one receive batch (32 receives of up to 64 KB with GRO: 2 MB), so this bounds the
+/// queue at about 128 MB in the worst case, and is still 32 batches per worker on 2 cores.
+const JOB_QUEUE: usize = 64;
+
+impl<I: Io> DataPlane<I> {
+    /// `workers`: crypto threads; 0 means one per available core.
+    pub fn new(core: Interface, io: I, workers: usize) -> Arc<Self> {
+        let workers = if workers == 0 {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        } else {
+            workers
+        };
+        Arc::new(DataPlane {
+            core: Mutex::new(core),
+            lanes: Mutex::new(HashMap::new()),
+            stats: Stats::default(),
+            counters: IoCounters::default(),
+            io,
+            workers,
+        })
+    }
+
+    /// Starts the worker pool; returns the queue that feeds it. The workers end when every
+    /// sender is dropped.
+    pub fn start_workers(self: &Arc<Self>) -> crossbeam_channel::Sender<Job> {
+        let (tx, rx) = crossbeam_channel::bounded(JOB_QUEUE);
+        for i in 0..self.workers {
+            let (plane, rx) = (self.clone(), rx.clone());
+            std::thread::Builder::new()
+                .name(format!("ordo-worker{i}"))
+                .spawn(move || worker(plane, rx, format!("worker{i}")))
+                .expect("spawn");
+        }
+        tx
+    }
+
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    pub fn core(&self) -> MutexGuard<'_, Interface> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lanes of a peer, created on first use.
+    pub fn lanes(&self, peer: PeerId) -> Arc<PeerLanes> {
+        self.lanes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(peer)
+            .or_default()
+            .clone()
+    }
+
+    /// Forgets the lanes of peers the core no longer has.
+    pub fn forget_removed_peers(&self, core: &Interface) {
+        self.lanes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|id, _| core.peer(*id).is_some());
+    }
+
+    /// Sends control messages (handshakes, cookies, keepalives).
+    pub fn send_transmits(&self, transmits: Vec<Transmit>) {
+        for t in transmits {
+            if self.io.send_outer(t.to, &[&t.payload]) == 0 {
+                self.counters.udp_send_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Everything the core wants sent.
+pub fn drain(core: &mut Interface) -> Vec<Transmit> {
+    std::iter::from_fn(|| core.poll_transmit()).collect()
+}
 
 /// One peer's two lanes.
 #[derive(Default)]
@@ -67,8 +176,8 @@ pub enum Job {
 }
 
 /// A worker: crypto for any peer, then delivery for the lanes whose head it finished.
-pub fn worker(device: Arc<Device>, jobs: crossbeam_channel::Receiver<Job>, name: String) {
-    let me = device.stats.register_thread(&name);
+fn worker<I: Io>(plane: Arc<DataPlane<I>>, jobs: crossbeam_channel::Receiver<Job>, name: String) {
+    let me = plane.stats.register_thread(&name);
     for job in jobs {
         match job {
             Job::Inbound(mut b) => {
@@ -76,10 +185,10 @@ pub fn worker(device: Arc<Device>, jobs: crossbeam_channel::Receiver<Job>, name:
                 for p in &mut b.packets {
                     p.opened = b.session.open_in_place(&mut p.data).ok();
                 }
-                device.stats.record(Stage::Decrypt, &me, b.packets.len(), start);
+                plane.stats.record(Stage::Decrypt, &me, b.packets.len(), start);
                 let (lanes, ticket) = (b.lanes.clone(), b.ticket);
                 if let Finish::Deliver(run) = lanes.inbound.finish(ticket, b) {
-                    deliver_inbound(&device, &lanes, run, &me);
+                    deliver_inbound(&plane, &lanes, run, &me);
                 }
             }
             Job::Outbound(mut b) => {
@@ -90,10 +199,10 @@ pub fn worker(device: Arc<Device>, jobs: crossbeam_channel::Receiver<Job>, name:
                     buf.resize(DATA_HEADER_LEN + padded + ordo_proto::crypto::TAG_LEN, 0);
                     b.session.seal_at(b.first_counter + i as u64, padded, buf);
                 }
-                device.stats.record(Stage::Encrypt, &me, b.packets.len(), start);
+                plane.stats.record(Stage::Encrypt, &me, b.packets.len(), start);
                 let (lanes, ticket) = (b.lanes.clone(), b.ticket);
                 if let Finish::Deliver(run) = lanes.outbound.finish(ticket, b) {
-                    deliver_outbound(&device, &lanes, run, &me);
+                    deliver_outbound(&plane, &lanes, run, &me);
                 }
             }
         }
@@ -101,19 +210,19 @@ pub fn worker(device: Arc<Device>, jobs: crossbeam_channel::Receiver<Job>, name:
 }
 
 /// In order: the core accepts each opened message (replay window, timers, roaming, allowed
-/// IPs), then the inner packets go to the TUN device.
-fn deliver_inbound(device: &Device, lanes: &PeerLanes, mut run: Vec<InboundBatch>, me: &ThreadStats) {
-    let st = device.stats.stage(Stage::DeliverInbound);
+/// IPs), then the inner packets are written.
+fn deliver_inbound<I: Io>(plane: &DataPlane<I>, lanes: &PeerLanes, mut run: Vec<InboundBatch>, me: &ThreadStats) {
+    let st = plane.stats.stage(Stage::DeliverInbound);
     loop {
         let start = Instant::now();
         st.wakeups.fetch_add(1, Ordering::Relaxed);
         if run.is_empty() {
             st.wasted_wakeups.fetch_add(1, Ordering::Relaxed);
         }
-        let mut to_tun: Vec<(usize, usize, usize)> = Vec::new();
+        let mut accepted: Vec<(usize, usize, usize)> = Vec::new();
         let transmits = {
             let (now, wall) = (Instant::now(), SystemTime::now());
-            let mut core = device.core();
+            let mut core = plane.core();
             for (bi, b) in run.iter().enumerate() {
                 for (pi, p) in b.packets.iter().enumerate() {
                     let Some((counter, len)) = p.opened else {
@@ -124,15 +233,15 @@ fn deliver_inbound(device: &Device, lanes: &PeerLanes, mut run: Vec<InboundBatch
                     if let Ok(Accepted::Packet { len }) =
                         core.accept_data(now, wall, p.src, b.peer, &b.session, counter, p.data.len(), plain)
                     {
-                        to_tun.push((bi, pi, len));
+                        accepted.push((bi, pi, len));
                     }
                 }
             }
-            Device::drain(&mut core)
+            drain(&mut core)
         };
-        write_to_tun(device, &mut run, &to_tun);
-        device.send_transmits(transmits);
-        device.stats.record(Stage::DeliverInbound, me, to_tun.len(), start);
+        plane.io.write_inner(plane, &mut run, &accepted);
+        plane.send_transmits(transmits);
+        plane.stats.record(Stage::DeliverInbound, me, accepted.len(), start);
         match lanes.inbound.continue_delivery() {
             Some(r) => run = r,
             None => return,
@@ -140,71 +249,22 @@ fn deliver_inbound(device: &Device, lanes: &PeerLanes, mut run: Vec<InboundBatch
     }
 }
 
-/// Writes accepted packets (batch, packet, length) to the TUN device: segments of one TCP
-/// flow coalesced into single writes where the device takes virtio-net headers.
-fn write_to_tun(device: &Device, run: &mut [InboundBatch], accepted: &[(usize, usize, usize)]) {
-    let io = &device.io;
-    let write = |bytes: &[u8], packets: usize| {
-        io.tun_writes.fetch_add(1, Ordering::Relaxed);
-        if device.tun.write(bytes).is_err() {
-            io.tun_write_errors.fetch_add(packets as u64, Ordering::Relaxed);
-        }
-    };
-    if !device.tun.has_vnet_hdr() {
-        for &(bi, pi, len) in accepted {
-            write(&run[bi].packets[pi].data[DATA_HEADER_LEN..DATA_HEADER_LEN + len], 1);
-        }
-        return;
-    }
-    let plan = {
-        let packets: Vec<&[u8]> = accepted
-            .iter()
-            .map(|&(bi, pi, len)| &run[bi].packets[pi].data[DATA_HEADER_LEN..DATA_HEADER_LEN + len])
-            .collect();
-        offload::plan(&packets)
-    };
-    for w in plan {
-        match w {
-            offload::Write::Single(k) => {
-                let (bi, pi, len) = accepted[k];
-                // The message header before the packet is spent: the virtio-net header goes there.
-                let data = &mut run[bi].packets[pi].data;
-                let at = DATA_HEADER_LEN - offload::VNET_HDR_LEN;
-                offload::PLAIN.write(&mut data[at..DATA_HEADER_LEN]);
-                write(&data[at..DATA_HEADER_LEN + len], 1);
-            }
-            offload::Write::Coalesced(a, b) => {
-                let segments: Vec<&[u8]> = accepted[a..b]
-                    .iter()
-                    .map(|&(bi, pi, len)| &run[bi].packets[pi].data[DATA_HEADER_LEN..DATA_HEADER_LEN + len])
-                    .collect();
-                io.tun_coalesced_packets.fetch_add((b - a) as u64, Ordering::Relaxed);
-                write(&offload::coalesce(&segments), b - a);
-            }
-        }
-    }
-}
-
 /// In order: the sealed messages go out, then the core learns what was sent (timers, rekey).
-fn deliver_outbound(device: &Device, lanes: &PeerLanes, mut run: Vec<OutboundBatch>, me: &ThreadStats) {
-    let st = device.stats.stage(Stage::DeliverOutbound);
+fn deliver_outbound<I: Io>(plane: &DataPlane<I>, lanes: &PeerLanes, mut run: Vec<OutboundBatch>, me: &ThreadStats) {
+    let st = plane.stats.stage(Stage::DeliverOutbound);
     loop {
         let start = Instant::now();
         st.wakeups.fetch_add(1, Ordering::Relaxed);
         if run.is_empty() {
             st.wasted_wakeups.fetch_add(1, Ordering::Relaxed);
         }
-        let sockets = device.sockets();
         let mut sent_packets = 0;
         for b in &run {
             let payloads: Vec<&[u8]> = b.packets.iter().map(Vec::as_slice).collect();
-            let sent = sockets
-                .socket_for(b.to)
-                .and_then(|(s, to)| batch::send_batch(s, to, &payloads, &sockets.gso))
-                .unwrap_or(0);
+            let sent = plane.io.send_outer(b.to, &payloads);
             if sent < payloads.len() {
-                device
-                    .io
+                plane
+                    .counters
                     .udp_send_errors
                     .fetch_add((payloads.len() - sent) as u64, Ordering::Relaxed);
             }
@@ -212,15 +272,15 @@ fn deliver_outbound(device: &Device, lanes: &PeerLanes, mut run: Vec<OutboundBat
         }
         let transmits = {
             let (now, wall) = (Instant::now(), SystemTime::now());
-            let mut core = device.core();
+            let mut core = plane.core();
             for b in &run {
                 let bytes: usize = b.packets.iter().map(Vec::len).sum();
                 core.after_send(now, wall, b.peer, &b.session, bytes as u64, b.packets.len() as u64);
             }
-            Device::drain(&mut core)
+            drain(&mut core)
         };
-        device.send_transmits(transmits);
-        device.stats.record(Stage::DeliverOutbound, me, sent_packets, start);
+        plane.send_transmits(transmits);
+        plane.stats.record(Stage::DeliverOutbound, me, sent_packets, start);
         match lanes.outbound.continue_delivery() {
             Some(r) => run = r,
             None => return,
@@ -239,116 +299,96 @@ fn group_push<K: PartialEq, V>(groups: &mut Vec<(K, Vec<V>)>, key: K, v: V) {
     }
 }
 
-/// The receive stage for one socket: batches of datagrams become per-peer work items; the
-/// rare handshake messages are handled here, under the core's lock.
-pub fn receive_loop(device: Arc<Device>, sock_index: usize, generation: u64, jobs: crossbeam_channel::Sender<Job>) {
-    let me = device.stats.register_thread(&format!("receive{sock_index}"));
-    let sockets = device.sockets();
-    let sock = if sock_index == 0 {
-        &sockets.v4
-    } else {
-        sockets.v6.as_ref().expect("present")
-    };
-    let mut rx = batch::Receiver::new(super::MAX_PACKET);
-    let mut datagrams: Vec<Datagram> = Vec::with_capacity(batch::BATCH);
-    loop {
-        datagrams.clear();
-        let r = rx.recv(sock, &mut datagrams);
-        if device.stopped() || device.socket_generation.load(Ordering::SeqCst) != generation {
-            return;
-        }
-        let Ok(truncated) = r else { continue };
+impl<I: Io> DataPlane<I> {
+    /// The receive stage's work for one batch of datagrams (sources already canonical):
+    /// data messages become per-peer work items; the rare handshake messages, and anything
+    /// malformed, are handled here under the core's lock. Returns false once the pool is gone.
+    pub fn dispatch_inbound(
+        &self,
+        datagrams: &mut Vec<Datagram>,
+        truncated: usize,
+        jobs: &crossbeam_channel::Sender<Job>,
+        me: &ThreadStats,
+    ) -> bool {
         let start = Instant::now();
         let count = datagrams.len();
         let mut groups: Groups<InboundPacket> = Vec::new();
         let mut sessions: Vec<Arc<Session>> = Vec::new();
         let transmits = {
             let (now, wall) = (Instant::now(), SystemTime::now());
-            let mut core = device.core();
+            let mut core = self.core();
             for _ in 0..truncated {
                 core.count_drop(DropReason::Malformed);
             }
             for mut d in datagrams.drain(..) {
-                d.src = super::canonical(d.src);
-                match messages::classify(&d.data) {
-                    Some(Kind::Data) => {
-                        let receiver = messages::DataHeader::parse(&d.data).receiver;
-                        match core.receiving_session(receiver) {
-                            Some((peer, session)) => {
-                                if !sessions.iter().any(|s| s.local_index == receiver) {
-                                    sessions.push(session);
-                                }
-                                group_push(
-                                    &mut groups,
-                                    (peer, receiver),
-                                    InboundPacket {
-                                        data: d.data,
-                                        src: d.src,
-                                        opened: None,
-                                    },
-                                );
+                if messages::classify(&d.data) == Some(Kind::Data) {
+                    let receiver = messages::DataHeader::parse(&d.data).receiver;
+                    match core.receiving_session(receiver) {
+                        Some((peer, session)) => {
+                            if !sessions.iter().any(|s| s.local_index == receiver) {
+                                sessions.push(session);
                             }
-                            None => core.count_drop(DropReason::UnknownReceiver),
+                            group_push(
+                                &mut groups,
+                                (peer, receiver),
+                                InboundPacket {
+                                    data: d.data,
+                                    src: d.src,
+                                    opened: None,
+                                },
+                            );
                         }
+                        None => core.count_drop(DropReason::UnknownReceiver),
                     }
+                } else {
                     // Handshake messages and anything malformed: the core handles and counts them.
-                    _ => {
-                        core.receive(now, wall, d.src, &mut d.data);
-                    }
+                    core.receive(now, wall, d.src, &mut d.data);
                 }
             }
-            Device::drain(&mut core)
+            drain(&mut core)
         };
-        device.send_transmits(transmits);
+        self.send_transmits(transmits);
         for ((peer, receiver), packets) in groups {
             let session = sessions
                 .iter()
                 .find(|s| s.local_index == receiver)
                 .expect("looked up")
                 .clone();
-            let lanes = device.lanes(peer);
+            let lanes = self.lanes(peer);
             let ticket = lanes.inbound.ticket();
-            let job = Job::Inbound(InboundBatch {
-                peer,
-                session,
-                lanes,
-                ticket,
-                packets,
-            });
-            if jobs.send(job).is_err() {
-                return;
+            if jobs
+                .send(Job::Inbound(InboundBatch {
+                    peer,
+                    session,
+                    lanes,
+                    ticket,
+                    packets,
+                }))
+                .is_err()
+            {
+                return false;
             }
         }
-        device.stats.record(Stage::Receive, &me, count, start);
+        self.stats.record(Stage::Receive, me, count, start);
+        true
     }
-}
 
-/// The read stage: packets from the TUN device become per-peer work items with their nonces
-/// reserved; packets for peers without a session wait in the core for a handshake.
-pub fn read_loop(device: Arc<Device>, jobs: crossbeam_channel::Sender<Job>) {
-    let me = device.stats.register_thread("read");
-    // A TSO read brings up to 64 KB behind its virtio-net header.
-    let mut scratch = vec![0u8; super::MAX_PACKET + 1 + offload::VNET_HDR_LEN];
-    let mut packets: Vec<Vec<u8>> = Vec::with_capacity(batch::BATCH);
-    while !device.stopped() {
-        packets.clear();
-        if let Err(e) = device
-            .tun
-            .read_batch(&mut scratch, &mut packets, batch::BATCH, DATA_HEADER_LEN)
-        {
-            device.shutdown(&format!("TUN device {} is gone ({e})", device.tun.name()));
-            return;
-        }
-        if packets.is_empty() {
-            continue;
-        }
+    /// The read stage's work for one batch of inner packets (each at `DATA_HEADER_LEN..` of
+    /// its buffer): routed, nonces reserved, per-peer work items; packets for peers without a
+    /// session wait in the core for a handshake. Returns false once the pool is gone.
+    pub fn dispatch_outbound(
+        &self,
+        packets: &mut Vec<Vec<u8>>,
+        jobs: &crossbeam_channel::Sender<Job>,
+        me: &ThreadStats,
+    ) -> bool {
         let start = Instant::now();
         let count = packets.len();
         let mut groups: Groups<Vec<u8>> = Vec::new();
         let mut targets: Vec<(Arc<Session>, SocketAddr)> = Vec::new();
         let (mtu, transmits) = {
             let (now, wall) = (Instant::now(), SystemTime::now());
-            let mut core = device.core();
+            let mut core = self.core();
             for p in packets.drain(..) {
                 let inner = &p[DATA_HEADER_LEN..];
                 let peer = match core.route(inner) {
@@ -370,9 +410,9 @@ pub fn read_loop(device: Arc<Device>, jobs: crossbeam_channel::Sender<Job>) {
                     Err(r) => core.count_drop(r),
                 }
             }
-            (core.mtu(), Device::drain(&mut core))
+            (core.mtu(), drain(&mut core))
         };
-        device.send_transmits(transmits);
+        self.send_transmits(transmits);
         for ((peer, idx), packets) in groups {
             let (session, to) = targets
                 .iter()
@@ -382,13 +422,13 @@ pub fn read_loop(device: Arc<Device>, jobs: crossbeam_channel::Sender<Job>) {
             let Some(first_counter) = session.reserve(packets.len() as u64) else {
                 // The session ran out of nonces: wait for the next one like any unsent packet.
                 let (now, wall) = (Instant::now(), SystemTime::now());
-                let mut core = device.core();
+                let mut core = self.core();
                 for p in packets {
                     core.stage_and_initiate(now, wall, peer, p[DATA_HEADER_LEN..].to_vec());
                 }
                 continue;
             };
-            let lanes = device.lanes(peer);
+            let lanes = self.lanes(peer);
             let ticket = lanes.outbound.ticket();
             let job = Job::Outbound(OutboundBatch {
                 peer,
@@ -401,9 +441,10 @@ pub fn read_loop(device: Arc<Device>, jobs: crossbeam_channel::Sender<Job>) {
                 packets,
             });
             if jobs.send(job).is_err() {
-                return;
+                return false;
             }
         }
-        device.stats.record(Stage::Read, &me, count, start);
+        self.stats.record(Stage::Read, me, count, start);
+        true
     }
 }

@@ -165,7 +165,7 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
         .iter()
         .map(|r| (format!("drop_{}", r.name()), core.stats.dropped(*r)))
         .collect();
-    let io = &device.io;
+    let io = device.counters();
     for (name, value) in [
         ("drop_tun_write_error", io.tun_write_errors.load(Ordering::Relaxed)),
         ("drop_udp_send_error", io.udp_send_errors.load(Ordering::Relaxed)),
@@ -188,8 +188,8 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
     let sockets = device.sockets();
     c.push(("udp_gso".to_string(), sockets.gso.load(Ordering::Relaxed) as u64));
     c.push(("udp_gro".to_string(), sockets.gro as u64));
-    c.push(("tun_tso".to_string(), device.tun.has_tso() as u64));
-    c.extend(device.stats.counters());
+    c.push(("tun_tso".to_string(), device.tun().has_tso() as u64));
+    c.extend(device.stats().counters());
     c
 }
 
