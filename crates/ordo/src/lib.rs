@@ -7,7 +7,9 @@
 //! - [`netconf`]: addresses, routes and rules over rtnetlink.
 //! - [`daemon`]: running as `ordo IFNAME`: detaching, readiness, dropping privileges.
 //! - [`show`]: `ordo show`.
+//! - [`bench`]: `ordo bench`, the data plane on in-memory I/O.
 
+pub mod bench;
 pub mod config;
 pub mod daemon;
 pub mod device;

@@ -6,9 +6,10 @@
 //! ordo down CONFIG|NAME                                # wg-quick down
 //! ordo show [IFNAME] [--json]                          # wg show, plus Ordo's counters
 //! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
+//! ordo bench [--peers N] [--size B] [--workers T]     # the data plane on in-memory I/O
 //! ```
 
-use ordo::{daemon, quick, show, uapi};
+use ordo::{bench, daemon, quick, show, uapi};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -43,6 +44,26 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Benchmark the data plane on in-memory I/O against the AEAD ceiling of this machine.
+    Bench {
+        /// Peers of the server data plane.
+        #[arg(long, default_value_t = 1)]
+        peers: usize,
+        /// Inner packet size in bytes.
+        #[arg(long, default_value_t = 1420)]
+        size: usize,
+        /// Crypto workers (0: one per core).
+        #[arg(long, default_value_t = 0)]
+        workers: usize,
+        /// Packets per phase.
+        #[arg(long, default_value_t = 200_000)]
+        packets: usize,
+        /// Execution model (only "pool" so far).
+        #[arg(long, default_value = "pool")]
+        model: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a new private key (base64).
     Genkey,
     /// Read a private key on stdin, print its public key.
@@ -63,7 +84,7 @@ fn xplatform(args: &[String]) -> Option<Result<()>> {
         }
     }
     let name = name?;
-    if ["up", "down", "show", "genkey", "pubkey", "help"].contains(&name.as_str()) {
+    if ["up", "down", "show", "bench", "genkey", "pubkey", "help"].contains(&name.as_str()) {
         return None;
     }
     Some(if foreground {
@@ -103,6 +124,30 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 let texts: Vec<String> = shows.iter().map(show::render).collect();
                 print!("{}", texts.join("\n"));
+            }
+            Ok(())
+        }
+        Command::Bench {
+            peers,
+            size,
+            workers,
+            packets,
+            model,
+            json,
+        } => {
+            if model != "pool" {
+                bail!("bench: model {model:?} is not implemented yet (only \"pool\")");
+            }
+            let r = bench::run(&bench::Options {
+                peers,
+                size,
+                workers,
+                packets,
+            })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", bench::render(&r));
             }
             Ok(())
         }
