@@ -311,14 +311,32 @@ mod tests {
     /// no drop (run() refuses to report otherwise).
     #[test]
     fn pipeline_carries_every_packet_of_every_peer() {
-        let r = run(&Options { peers: 3, size: 200, workers: 2, packets: 3000 }).unwrap();
+        let r = run(&Options {
+            peers: 3,
+            size: 200,
+            workers: 2,
+            packets: 3000,
+        })
+        .unwrap();
         assert_eq!(r.phases.len(), 2);
         assert!(r.phases.iter().all(|p| p.packets == 3000 && p.gbit_per_s > 0.0));
     }
 
     #[test]
     fn bad_options_are_refused() {
-        assert!(run(&Options { peers: 0, size: 200, workers: 1, packets: 1 }).is_err());
-        assert!(run(&Options { peers: 1, size: 10, workers: 1, packets: 1 }).is_err());
+        assert!(run(&Options {
+            peers: 0,
+            size: 200,
+            workers: 1,
+            packets: 1
+        })
+        .is_err());
+        assert!(run(&Options {
+            peers: 1,
+            size: 10,
+            workers: 1,
+            packets: 1
+        })
+        .is_err());
     }
 }
