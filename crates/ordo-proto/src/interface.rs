@@ -182,6 +182,19 @@ pub enum Received {
     Dropped(DropReason),
 }
 
+/// A data message opened outside the core (by a data-plane worker), for
+/// [`Interface::accept_data`] to accept in order.
+pub struct Opened<'a> {
+    pub peer: PeerId,
+    pub session: &'a Arc<Session>,
+    /// The message's counter (its nonce), for the replay window.
+    pub counter: u64,
+    /// Where it came from: the peer's endpoint if it is accepted.
+    pub src: SocketAddr,
+    /// The whole datagram's length, for the transfer counters.
+    pub datagram_len: usize,
+}
+
 /// An authentic data message, accepted by [`Interface::accept_data`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accepted {
@@ -422,7 +435,14 @@ impl Interface {
         let (counter, len) = session.open_in_place(buf).map_err(|_| DropReason::DecryptFailed)?;
         let plain = &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + len];
         // accept_data counts its own drops; do not count them twice.
-        match self.accept_data_inner(now, wall, src, id, &session, counter, buf.len(), plain)? {
+        let opened = Opened {
+            peer: id,
+            session: &session,
+            counter,
+            src,
+            datagram_len: buf.len(),
+        };
+        match self.accept_data_inner(now, wall, &opened, plain)? {
             Accepted::Keepalive => Ok(Received::Keepalive(id)),
             Accepted::Packet { len } => Ok(Received::Packet {
                 peer: id,
@@ -444,19 +464,14 @@ impl Interface {
     /// key confirmation, roaming, byte counts, timers, and the inner packet's checks. `plain`
     /// is the decrypted payload (possibly padded); on success the inner packet is its first
     /// `len` bytes. Drops are counted.
-    #[allow(clippy::too_many_arguments)]
     pub fn accept_data(
         &mut self,
         now: Instant,
         wall: SystemTime,
-        src: SocketAddr,
-        id: PeerId,
-        session: &Arc<Session>,
-        counter: u64,
-        datagram_len: usize,
+        m: &Opened,
         plain: &[u8],
     ) -> Result<Accepted, DropReason> {
-        let r = self.accept_data_inner(now, wall, src, id, session, counter, datagram_len, plain);
+        let r = self.accept_data_inner(now, wall, m, plain);
         if let Err(reason) = r {
             self.stats.drop(reason);
         }
@@ -469,25 +484,20 @@ impl Interface {
         self.stats.drop(reason);
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn accept_data_inner(
         &mut self,
         now: Instant,
         wall: SystemTime,
-        src: SocketAddr,
-        id: PeerId,
-        session: &Arc<Session>,
-        counter: u64,
-        datagram_len: usize,
+        m: &Opened,
         plain: &[u8],
     ) -> Result<Accepted, DropReason> {
+        let (id, session, counter, src, datagram_len) = (m.peer, m.session, m.counter, m.src, m.datagram_len);
         let peer = self.peers.get_mut(&id).ok_or(DropReason::UnknownReceiver)?;
         // The session may have been rotated out or erased since it was looked up.
-        peer.sessions
-            .by_index(session.local_index)
-            .filter(|(_, s)| Arc::ptr_eq(s, session))
-            .ok_or(DropReason::UnknownReceiver)?;
-        let slot = peer.sessions.by_index(session.local_index).expect("just found").0;
+        let slot = match peer.sessions.by_index(session.local_index) {
+            Some((slot, s)) if Arc::ptr_eq(s, session) => slot,
+            _ => return Err(DropReason::UnknownReceiver),
+        };
         if session.expired(now) {
             return Err(DropReason::ExpiredSession);
         }

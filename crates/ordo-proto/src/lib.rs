@@ -34,6 +34,8 @@ pub mod replay;
 pub mod session;
 pub mod timers;
 
-pub use interface::{seal_packet, Accepted, DropReason, Interface, Received, Sent, Stats, Transmit, SEND_HEADROOM};
+pub use interface::{
+    seal_packet, Accepted, DropReason, Interface, Opened, Received, Sent, Stats, Transmit, SEND_HEADROOM,
+};
 pub use keys::{KeyError, PresharedKey, PrivateKey, PublicKey};
 pub use peer::{Peer, PeerId};

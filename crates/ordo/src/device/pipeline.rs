@@ -17,7 +17,7 @@ use super::lane::{Finish, Lane};
 use super::stats::{Stage, Stats, ThreadStats};
 use ordo_proto::messages::{self, Kind, DATA_HEADER_LEN};
 use ordo_proto::session::Session;
-use ordo_proto::{Accepted, DropReason, Interface, PeerId, Transmit};
+use ordo_proto::{Accepted, DropReason, Interface, Opened, PeerId, Transmit};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -230,9 +230,18 @@ fn deliver_inbound<I: Io>(plane: &DataPlane<I>, lanes: &PeerLanes, mut run: Vec<
                         continue;
                     };
                     let plain = &p.data[DATA_HEADER_LEN..DATA_HEADER_LEN + len];
-                    if let Ok(Accepted::Packet { len }) =
-                        core.accept_data(now, wall, p.src, b.peer, &b.session, counter, p.data.len(), plain)
-                    {
+                    if let Ok(Accepted::Packet { len }) = core.accept_data(
+                        now,
+                        wall,
+                        &Opened {
+                            peer: b.peer,
+                            session: &b.session,
+                            counter,
+                            src: p.src,
+                            datagram_len: p.data.len(),
+                        },
+                        plain,
+                    ) {
                         accepted.push((bi, pi, len));
                     }
                 }
