@@ -72,6 +72,8 @@ pub struct Report {
     pub size: usize,
     pub workers: usize,
     pub phases: Vec<Phase>,
+    /// The data plane's own stage counters over both phases (see `ordo show`).
+    pub stages: std::collections::BTreeMap<String, u64>,
 }
 
 fn client_ip(i: usize) -> [u8; 4] {
@@ -239,12 +241,19 @@ pub fn run(o: &Options) -> Result<Report> {
     if dropped != 0 || plane.io.delivered.load(Ordering::Relaxed) != o.packets as u64 {
         bail!("bench: {dropped} packets were dropped; the figures would not be honest");
     }
+    let stages = plane
+        .stats
+        .counters()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("stage_"))
+        .collect();
     Ok(Report {
         model: "pool",
         peers: o.peers,
         size: o.size,
         workers: plane.workers(),
         phases,
+        stages,
     })
 }
 

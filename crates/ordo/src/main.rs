@@ -167,3 +167,8 @@ fn run(cli: Cli) -> Result<()> {
         }
     }
 }
+
+// Packet buffers are allocated by the dispatching threads and freed by the workers; glibc's
+// allocator handles such cross-thread frees poorly, mimalloc well (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
