@@ -170,9 +170,11 @@ pub struct OutboundBatch {
     pub packets: Vec<Vec<u8>>,
 }
 
+/// A work item: the per-peer batches of one dispatched batch. With many peers, one
+/// item per peer would cost a queue hand-off per packet; one per dispatch keeps it per batch.
 pub enum Job {
-    Inbound(InboundBatch),
-    Outbound(OutboundBatch),
+    Inbound(Vec<InboundBatch>),
+    Outbound(Vec<OutboundBatch>),
 }
 
 /// A worker: crypto for any peer, then delivery for the lanes whose head it finished.
@@ -180,29 +182,33 @@ fn worker<I: Io>(plane: Arc<DataPlane<I>>, jobs: crossbeam_channel::Receiver<Job
     let me = plane.stats.register_thread(&name);
     for job in jobs {
         match job {
-            Job::Inbound(mut b) => {
-                let start = Instant::now();
-                for p in &mut b.packets {
-                    p.opened = b.session.open_in_place(&mut p.data).ok();
-                }
-                plane.stats.record(Stage::Decrypt, &me, b.packets.len(), start);
-                let (lanes, ticket) = (b.lanes.clone(), b.ticket);
-                if let Finish::Deliver(run) = lanes.inbound.finish(ticket, b) {
-                    deliver_inbound(&plane, &lanes, run, &me);
+            Job::Inbound(batches) => {
+                for mut b in batches {
+                    let start = Instant::now();
+                    for p in &mut b.packets {
+                        p.opened = b.session.open_in_place(&mut p.data).ok();
+                    }
+                    plane.stats.record(Stage::Decrypt, &me, b.packets.len(), start);
+                    let (lanes, ticket) = (b.lanes.clone(), b.ticket);
+                    if let Finish::Deliver(run) = lanes.inbound.finish(ticket, b) {
+                        deliver_inbound(&plane, &lanes, run, &me);
+                    }
                 }
             }
-            Job::Outbound(mut b) => {
-                let start = Instant::now();
-                for (i, buf) in b.packets.iter_mut().enumerate() {
-                    let len = buf.len() - DATA_HEADER_LEN;
-                    let padded = ordo_proto::interface::padded_len(len, b.mtu);
-                    buf.resize(DATA_HEADER_LEN + padded + ordo_proto::crypto::TAG_LEN, 0);
-                    b.session.seal_at(b.first_counter + i as u64, padded, buf);
-                }
-                plane.stats.record(Stage::Encrypt, &me, b.packets.len(), start);
-                let (lanes, ticket) = (b.lanes.clone(), b.ticket);
-                if let Finish::Deliver(run) = lanes.outbound.finish(ticket, b) {
-                    deliver_outbound(&plane, &lanes, run, &me);
+            Job::Outbound(batches) => {
+                for mut b in batches {
+                    let start = Instant::now();
+                    for (i, buf) in b.packets.iter_mut().enumerate() {
+                        let len = buf.len() - DATA_HEADER_LEN;
+                        let padded = ordo_proto::interface::padded_len(len, b.mtu);
+                        buf.resize(DATA_HEADER_LEN + padded + ordo_proto::crypto::TAG_LEN, 0);
+                        b.session.seal_at(b.first_counter + i as u64, padded, buf);
+                    }
+                    plane.stats.record(Stage::Encrypt, &me, b.packets.len(), start);
+                    let (lanes, ticket) = (b.lanes.clone(), b.ticket);
+                    if let Finish::Deliver(run) = lanes.outbound.finish(ticket, b) {
+                        deliver_outbound(&plane, &lanes, run, &me);
+                    }
                 }
             }
         }
@@ -357,6 +363,7 @@ impl<I: Io> DataPlane<I> {
             drain(&mut core)
         };
         self.send_transmits(transmits);
+        let mut batches = Vec::with_capacity(groups.len());
         for ((peer, receiver), packets) in groups {
             let session = sessions
                 .iter()
@@ -365,18 +372,16 @@ impl<I: Io> DataPlane<I> {
                 .clone();
             let lanes = self.lanes(peer);
             let ticket = lanes.inbound.ticket();
-            if jobs
-                .send(Job::Inbound(InboundBatch {
-                    peer,
-                    session,
-                    lanes,
-                    ticket,
-                    packets,
-                }))
-                .is_err()
-            {
-                return false;
-            }
+            batches.push(InboundBatch {
+                peer,
+                session,
+                lanes,
+                ticket,
+                packets,
+            });
+        }
+        if !batches.is_empty() && jobs.send(Job::Inbound(batches)).is_err() {
+            return false;
         }
         self.stats.record(Stage::Receive, me, count, start);
         true
@@ -422,6 +427,7 @@ impl<I: Io> DataPlane<I> {
             (core.mtu(), drain(&mut core))
         };
         self.send_transmits(transmits);
+        let mut batches = Vec::with_capacity(groups.len());
         for ((peer, idx), packets) in groups {
             let (session, to) = targets
                 .iter()
@@ -439,7 +445,7 @@ impl<I: Io> DataPlane<I> {
             };
             let lanes = self.lanes(peer);
             let ticket = lanes.outbound.ticket();
-            let job = Job::Outbound(OutboundBatch {
+            batches.push(OutboundBatch {
                 peer,
                 session,
                 lanes,
@@ -449,9 +455,9 @@ impl<I: Io> DataPlane<I> {
                 first_counter,
                 packets,
             });
-            if jobs.send(job).is_err() {
-                return false;
-            }
+        }
+        if !batches.is_empty() && jobs.send(Job::Outbound(batches)).is_err() {
+            return false;
         }
         self.stats.record(Stage::Read, me, count, start);
         true

@@ -24,14 +24,34 @@ fn open(domain: Domain, addr: SocketAddr, fwmark: u32) -> io::Result<UdpSocket> 
     if domain == Domain::IPV6 {
         s.set_only_v6(true)?;
     }
-    // Larger buffers absorb bursts; failure only costs throughput.
-    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
-    let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    // Larger buffers absorb bursts. The FORCE variants pass net.core.[rw]mem_max (they need
+    // CAP_NET_ADMIN, which the daemon keeps); without it, the capped request still helps.
+    if !force_buffer(&s, libc::SO_RCVBUFFORCE) {
+        let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    }
+    if !force_buffer(&s, libc::SO_SNDBUFFORCE) {
+        let _ = s.set_send_buffer_size(SOCKET_BUFFER);
+    }
     if fwmark != 0 {
         s.set_mark(fwmark)?;
     }
     s.bind(&addr.into())?;
     Ok(s.into())
+}
+
+fn force_buffer(s: &Socket, option: libc::c_int) -> bool {
+    use std::os::fd::AsRawFd;
+    let size = SOCKET_BUFFER as libc::c_int;
+    // SAFETY: setsockopt reads one int from a live local.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            &size as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
 }
 
 impl Sockets {
@@ -97,5 +117,27 @@ impl Sockets {
         for s in std::iter::once(&self.v4).chain(self.v6.as_ref()) {
             let _ = socket2::SockRef::from(s).shutdown(std::net::Shutdown::Read);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As root, the forced size passes the sysctl cap (the kernel doubles what is asked).
+    #[test]
+    fn buffers_are_forced_past_the_cap_when_allowed() {
+        let socks = Sockets::bind(0, 0).unwrap();
+        let got = socket2::SockRef::from(&socks.v4).recv_buffer_size().unwrap();
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            assert!(
+                got >= SOCKET_BUFFER,
+                "receive buffer {got}, want at least {SOCKET_BUFFER}"
+            );
+        } else {
+            assert!(got > 0);
+        }
+        assert_ne!(socks.port, 0);
     }
 }
