@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # End-to-end throughput, Ordo against wireguard-go and boringtun in one run: two hosts over
-# veth, the same implementation at both ends, one iperf3 TCP flow A->B for DURATION seconds,
-# RUNS times; prints the median Gbit/s, the CPU time both daemons used (from /proc), and
-# ratios against wireguard-go measured in the same run.
+# veth, the same implementation at both ends, iperf3 through the tunnel:
+#   tcp       one TCP flow A->B          tcp-rev   one TCP flow B->A
+#   tcp4      four TCP flows A->B        udp       1392-byte datagrams A->B (4 MB iperf3 socket
+#                                                  buffers) at the highest
+#                                                  offered rate with under 1% loss
+# TCP cases run RUNS times (medians); the UDP search runs once per implementation. Each row
+# has the CPU time both daemons used (from /proc) and ratios against wireguard-go measured
+# in the same run; Ordo's in-order stage figures follow.
 #
-#   scripts/bench-e2e.sh [DURATION=10] [RUNS=3]
+#   scripts/bench-e2e.sh [DURATION=10] [RUNS=3]        BENCH_IMPLS / BENCH_CASES to narrow
 set -euo pipefail
 source "$(dirname "$0")/../tests/interop/lib.sh"
 DURATION=${1:-10}
 RUNS=${2:-3}
 IMPLS=(${BENCH_IMPLS:-ordo wireguard-go boringtun})
+CASES=(${BENCH_CASES:-tcp tcp-rev tcp4 udp})
+# Offered UDP rates tried, in Gbit/s, lowest first.
+UDP_RATES=(0.1 0.25 0.5 1 1.5 2 2.5 3 4)
 trap teardown EXIT
 
 # CPU seconds (user + system) of every process in a namespace.
@@ -22,37 +30,70 @@ ns_cpu() {
     echo "$total"
 }
 
-results=$(mktemp)
-for impl in "${IMPLS[@]}"; do
-    for run in $(seq "$RUNS"); do
-        tunnel "$impl" "$impl" >/dev/null
-        ip netns exec "$NS_A" ping -q -c 2 -i 0.2 -w 10 "$IN_B" >/dev/null
-        # Daemons only: start iperf3 after taking the CPU baseline so it is not counted.
-        cpu0=$(( $(ns_cpu "$NS_A") + $(ns_cpu "$NS_B") ))
-        ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
-        for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep -q ':5201 ' && break; sleep 0.1; done
-        srv=$!
-        json=$(ip netns exec "$NS_A" iperf3 -c "$IN_B" -t "$DURATION" -J)
-        wait $srv 2>/dev/null || true
-        cpu1=$(( $(ns_cpu "$NS_A") + $(ns_cpu "$NS_B") ))
-        echo "$json" | python3 -c "
+# measure IMPL SECONDS IPERF_ARGS...: a fresh tunnel, one iperf3 run; prints
+# "Gbit/s daemon-cores retransmits-or-loss%".
+measure() {
+    local impl=$1 secs=$2
+    shift 2
+    tunnel "$impl" "$impl" >/dev/null
+    ip netns exec "$NS_A" ping -q -c 2 -i 0.2 -w 10 "$IN_B" >/dev/null
+    # Daemons only: the baseline is taken before iperf3 starts, and iperf3 is not counted.
+    local cpu0 cpu1 json
+    cpu0=$(( $(ns_cpu "$NS_A") + $(ns_cpu "$NS_B") ))
+    ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
+    local srv=$!
+    for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep -q ':5201 ' && break; sleep 0.1; done
+    json=$(ip netns exec "$NS_A" iperf3 -c "$IN_B" -t "$secs" -J "$@")
+    wait $srv 2>/dev/null || true
+    cpu1=$(( $(ns_cpu "$NS_A") + $(ns_cpu "$NS_B") ))
+    echo "$json" | python3 -c "
 import json, sys, os
-r = json.load(sys.stdin)['end']
+e = json.load(sys.stdin)['end']
 ticks = os.sysconf('SC_CLK_TCK')
-print('$impl', r['sum_received']['bits_per_second'] / 1e9, ($cpu1 - $cpu0) / ticks / $DURATION, r['sum_sent'].get('retransmits', 0))
-" >>"$results"
-        if [[ $impl == ordo ]]; then
-            # The in-order stage at saturation: receiver's inbound and sender's outbound lanes.
-            for side in "$IF_B deliver_inbound" "$IF_A deliver_outbound"; do
-                set -- $side
-                "$ORDO" show "$1" --json | python3 -c "
+cores = ($cpu1 - $cpu0) / ticks / $secs
+if 'sum_received' in e and 'lost_percent' not in e.get('sum', {}):
+    print(e['sum_received']['bits_per_second'] / 1e9, cores, e['sum_sent'].get('retransmits', 0))
+else:
+    s = e['sum']
+    print(s['bits_per_second'] * (1 - s['lost_percent'] / 100) / 1e9, cores, s['lost_percent'])
+"
+}
+
+# Ordo's in-order stage counters, while its tunnel is still up.
+lane_figures() {
+    for side in "$IF_B deliver_inbound" "$IF_A deliver_outbound"; do
+        set -- $side
+        "$ORDO" show "$1" --json | python3 -c "
 import json, sys
 c = json.load(sys.stdin)[0]['counters']
-w = c['stage_$2_wakeups']
-print('lane', '$2', c['stage_$2_packets'], w, c['stage_$2_wasted_wakeups'])" >>"$results"
-            done
-        fi
-        teardown
+print('lane', '$2', c['stage_$2_packets'], c['stage_$2_wakeups'], c['stage_$2_wasted_wakeups'])"
+    done
+}
+
+results=$(mktemp)
+for impl in "${IMPLS[@]}"; do
+    for case in "${CASES[@]}"; do
+        case $case in
+            tcp | tcp-rev | tcp4)
+                args=(); [[ $case == tcp-rev ]] && args=(-R); [[ $case == tcp4 ]] && args=(-P 4)
+                for _ in $(seq "$RUNS"); do
+                    echo "$case $impl $(measure "$impl" "$DURATION" "${args[@]}")" >>"$results"
+                    [[ $impl == ordo && $case == tcp ]] && lane_figures >>"$results"
+                    teardown
+                done
+                ;;
+            udp)
+                best=""
+                for rate in "${UDP_RATES[@]}"; do
+                    r=$(measure "$impl" 3 -u -l 1392 -w 4M -b "${rate}G")
+                    teardown
+                    loss=${r##* }
+                    python3 -c "import sys; sys.exit(0 if float('$loss') < 1.0 else 1)" || break
+                    best="$r"
+                done
+                echo "udp $impl ${best:-0 0 100}" >>"$results"
+                ;;
+        esac
     done
 done
 
@@ -60,29 +101,27 @@ python3 - "$results" "$DURATION" "$RUNS" <<'PY'
 import sys, statistics, datetime, platform, os
 rows, lanes = {}, {}
 for line in open(sys.argv[1]):
-    if line.startswith("lane "):
-        _, stage, packets, wakeups, wasted = line.split()
-        lanes.setdefault(stage, []).append((int(packets), int(wakeups), int(wasted)))
+    f = line.split()
+    if f[0] == "lane":
+        lanes.setdefault(f[1], []).append(tuple(map(int, f[2:5])))
         continue
-    impl, gbps, cores, retr = line.split()
-    rows.setdefault(impl, []).append((float(gbps), float(cores), int(retr)))
-def med(impl, i):
-    return statistics.median(r[i] for r in rows[impl])
-ref = "wireguard-go" if "wireguard-go" in rows else None
-print(f"date {datetime.date.today()}, {os.cpu_count()} cores, kernel {platform.release()}, "
-      f"one TCP flow, {sys.argv[2]} s x {sys.argv[3]} runs, median")
+    rows.setdefault((f[0], f[1]), []).append(tuple(map(float, f[2:5])))
+print(f"date {datetime.date.today()}, {os.cpu_count()} cores, kernel {platform.release()}; "
+      f"TCP: {sys.argv[2]} s x {sys.argv[3]} runs, median; UDP: 3 s per offered rate, best rate under 1% loss")
 print()
-print("| implementation | Gbit/s | x wireguard-go | daemon cores (both ends) | cores per Gbit/s | x wireguard-go | retransmits |")
-print("|---|---|---|---|---|---|---|")
-for impl in rows:
-    g, c = med(impl, 0), med(impl, 1)
+print("| case | implementation | Gbit/s | x wireguard-go | daemon cores (both ends) | cores per Gbit/s | x wireguard-go | retransmits / UDP loss % |")
+print("|---|---|---|---|---|---|---|---|")
+med = lambda k, i: statistics.median(r[i] for r in rows[k])
+for (case, impl) in rows:
+    g, c = med((case, impl), 0), med((case, impl), 1)
+    ref = (case, "wireguard-go")
+    rg = g / med(ref, 0) if ref in rows and med(ref, 0) else float("nan")
     cpg = c / g if g else float("inf")
-    rg = g / med(ref, 0) if ref else float("nan")
-    rc = cpg / (med(ref, 1) / med(ref, 0)) if ref else float("nan")
-    print(f"| {impl} | {g:.2f} | {rg:.2f} | {c:.2f} | {cpg:.2f} | {rc:.2f} | {int(med(impl, 2))} |")
+    rc = cpg / (med(ref, 1) / med(ref, 0)) if ref in rows and med(ref, 0) else float("nan")
+    print(f"| {case} | {impl} | {g:.2f} | {rg:.2f} | {c:.2f} | {cpg:.2f} | {rc:.2f} | {med((case, impl), 2):g} |")
 if lanes:
     print()
-    print("Ordo's in-order stage at saturation (pool model), summed over the runs:")
+    print("Ordo's in-order stage at saturation (pool model, one TCP flow), summed over the runs:")
     print()
     print("| stage | packets | delivery wake-ups | packets per wake-up | wasted wake-ups |")
     print("|---|---|---|---|---|")
