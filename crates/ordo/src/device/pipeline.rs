@@ -328,7 +328,8 @@ impl<I: Io> DataPlane<I> {
         let start = Instant::now();
         let count = datagrams.len();
         let mut groups: Groups<InboundPacket> = Vec::new();
-        let mut sessions: Vec<Arc<Session>> = Vec::new();
+        // Each session is looked up (and its Arc cloned) once per batch, not once per packet.
+        let mut sessions: Vec<(PeerId, Arc<Session>)> = Vec::new();
         let transmits = {
             let (now, wall) = (Instant::now(), SystemTime::now());
             let mut core = self.core();
@@ -338,23 +339,25 @@ impl<I: Io> DataPlane<I> {
             for mut d in datagrams.drain(..) {
                 if messages::classify(&d.data) == Some(Kind::Data) {
                     let receiver = messages::DataHeader::parse(&d.data).receiver;
-                    match core.receiving_session(receiver) {
-                        Some((peer, session)) => {
-                            if !sessions.iter().any(|s| s.local_index == receiver) {
-                                sessions.push(session);
+                    let peer = match sessions.iter().find(|(_, s)| s.local_index == receiver) {
+                        Some((peer, _)) => *peer,
+                        None => match core.receiving_session(receiver) {
+                            Some((peer, session)) => {
+                                sessions.push((peer, session));
+                                peer
                             }
-                            group_push(
-                                &mut groups,
-                                (peer, receiver),
-                                InboundPacket {
-                                    data: d.data,
-                                    src: d.src,
-                                    opened: None,
-                                },
-                            );
-                        }
-                        None => core.count_drop(DropReason::UnknownReceiver),
-                    }
+                            None => {
+                                core.count_drop(DropReason::UnknownReceiver);
+                                continue;
+                            }
+                        },
+                    };
+                    let packet = InboundPacket {
+                        data: d.data,
+                        src: d.src,
+                        opened: None,
+                    };
+                    group_push(&mut groups, (peer, receiver), packet);
                 } else {
                     // Handshake messages and anything malformed: the core handles and counts them.
                     core.receive(now, wall, d.src, &mut d.data);
@@ -367,8 +370,9 @@ impl<I: Io> DataPlane<I> {
         for ((peer, receiver), packets) in groups {
             let session = sessions
                 .iter()
-                .find(|s| s.local_index == receiver)
+                .find(|(_, s)| s.local_index == receiver)
                 .expect("looked up")
+                .1
                 .clone();
             let lanes = self.lanes(peer);
             let ticket = lanes.inbound.ticket();
@@ -399,7 +403,8 @@ impl<I: Io> DataPlane<I> {
         let start = Instant::now();
         let count = packets.len();
         let mut groups: Groups<Vec<u8>> = Vec::new();
-        let mut targets: Vec<(Arc<Session>, SocketAddr)> = Vec::new();
+        // Each peer's session is looked up (and its Arc cloned) once per batch.
+        let mut targets: Vec<(PeerId, Arc<Session>, SocketAddr)> = Vec::new();
         let (mtu, transmits) = {
             let (now, wall) = (Instant::now(), SystemTime::now());
             let mut core = self.core();
@@ -412,12 +417,15 @@ impl<I: Io> DataPlane<I> {
                         continue;
                     }
                 };
+                if let Some((_, session, _)) = targets.iter().find(|t| t.0 == peer) {
+                    let idx = session.local_index;
+                    group_push(&mut groups, (peer, idx), p);
+                    continue;
+                }
                 match core.sending_session(now, peer) {
                     Ok(Some((session, to))) => {
                         let idx = session.local_index;
-                        if !targets.iter().any(|(s, _)| s.local_index == idx) {
-                            targets.push((session, to));
-                        }
+                        targets.push((peer, session, to));
                         group_push(&mut groups, (peer, idx), p);
                     }
                     Ok(None) => core.stage_and_initiate(now, wall, peer, inner.to_vec()),
@@ -428,12 +436,8 @@ impl<I: Io> DataPlane<I> {
         };
         self.send_transmits(transmits);
         let mut batches = Vec::with_capacity(groups.len());
-        for ((peer, idx), packets) in groups {
-            let (session, to) = targets
-                .iter()
-                .find(|(s, _)| s.local_index == idx)
-                .expect("looked up")
-                .clone();
+        for ((peer, _), packets) in groups {
+            let (_, session, to) = targets.iter().find(|t| t.0 == peer).expect("looked up").clone();
             let Some(first_counter) = session.reserve(packets.len() as u64) else {
                 // The session ran out of nonces: wait for the next one like any unsent packet.
                 let (now, wall) = (Instant::now(), SystemTime::now());
