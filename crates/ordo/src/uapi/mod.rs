@@ -19,8 +19,9 @@ use zeroize::Zeroizing;
 pub const SOCKET_DIR: &str = "/var/run/wireguard";
 /// Longest line accepted; a key line is at most ~100 bytes.
 const MAX_LINE: usize = 4096;
-/// Most lines one request may carry (a setconf of 10,000 peers is about 100,000 lines).
-const MAX_LINES: usize = 4_000_000;
+/// Most bytes one request may carry: a setconf of 10,000 peers is a few MB. Bounds what a
+/// client can make us hold.
+const MAX_REQUEST_BYTES: usize = 64 << 20;
 
 pub fn socket_path(ifname: &str) -> PathBuf {
     Path::new(SOCKET_DIR).join(format!("{ifname}.sock"))
@@ -79,6 +80,41 @@ fn read_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<Option<Stri
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
 }
 
+/// One request as read from a connection.
+enum Request {
+    /// The connection closed (between requests, or mid-request: then nothing is applied).
+    Closed,
+    /// Not an operation of the protocol, or larger than MAX_REQUEST_BYTES: refused whole.
+    Refused,
+    /// An operation and its key=value lines (keys included: erased when dropped).
+    Op(Operation, Zeroizing<Vec<String>>),
+}
+
+/// Reads one request: an operation line, key=value lines, and the blank line that ends it.
+fn read_request<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<Request> {
+    let Some(first) = read_line(r, buf)? else {
+        return Ok(Request::Closed);
+    };
+    let Some(op) = protocol::parse_operation(&first) else {
+        return Ok(Request::Refused);
+    };
+    let mut lines = Zeroizing::new(Vec::new());
+    let mut request_bytes = 0;
+    loop {
+        match read_line(r, buf)? {
+            None => return Ok(Request::Closed),
+            Some(l) if l.is_empty() => return Ok(Request::Op(op, lines)),
+            Some(l) => {
+                request_bytes += l.len() + 1;
+                if request_bytes > MAX_REQUEST_BYTES {
+                    return Ok(Request::Refused);
+                }
+                lines.push(l)
+            }
+        }
+    }
+}
+
 /// Handles requests on one connection until it closes. wg sends one request per connection;
 /// others may send several.
 fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
@@ -86,31 +122,14 @@ fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
     let mut out = conn;
     let mut buf = Vec::new();
     loop {
-        let Some(first) = read_line(&mut reader, &mut buf)? else {
-            return Ok(());
-        };
-        let op = match protocol::parse_operation(&first) {
-            Some(op) => op,
-            None => {
+        let (op, lines) = match read_request(&mut reader, &mut buf)? {
+            Request::Closed => return Ok(()),
+            Request::Refused => {
                 out.write_all(format!("errno=-{}\n\n", protocol::EINVAL).as_bytes())?;
                 return Ok(());
             }
+            Request::Op(op, lines) => (op, lines),
         };
-        // Requests and replies carry keys: both are erased when dropped.
-        let mut lines = Zeroizing::new(Vec::new());
-        loop {
-            match read_line(&mut reader, &mut buf)? {
-                None => return Ok(()), // closed mid-request: apply nothing
-                Some(l) if l.is_empty() => break,
-                Some(l) => {
-                    if lines.len() >= MAX_LINES {
-                        out.write_all(format!("errno=-{}\n\n", protocol::EINVAL).as_bytes())?;
-                        return Ok(());
-                    }
-                    lines.push(l)
-                }
-            }
-        }
         let reply: Zeroizing<String> = Zeroizing::new(match op {
             Operation::Get | Operation::OrdoGet if !lines.is_empty() => {
                 format!("errno=-{}\n\n", protocol::EINVAL)
@@ -259,4 +278,44 @@ pub fn apply(device: &Arc<Device>, plan: SetPlan) -> Result<(), UapiError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    fn read(input: &[u8]) -> Request {
+        read_request(&mut Cursor::new(input.to_vec()), &mut Vec::new()).unwrap()
+    }
+
+    #[test]
+    fn requests_are_framed_by_a_blank_line() {
+        match read(b"set=1\nlisten_port=1\n\nget=1\n\n") {
+            Request::Op(Operation::Set, lines) => assert_eq!(lines.as_slice(), ["listen_port=1"]),
+            _ => panic!("a set request"),
+        }
+        assert!(
+            matches!(read(b"set=1\nlisten_port=1\n"), Request::Closed),
+            "cut short: nothing to apply"
+        );
+        assert!(matches!(read(b""), Request::Closed));
+        assert!(matches!(read(b"bogus=1\n\n"), Request::Refused));
+    }
+
+    #[test]
+    fn oversized_requests_are_refused_not_held() {
+        let line = format!("allowed_ip={}\n", "1".repeat(1000));
+        let mut big = b"set=1\n".to_vec();
+        while big.len() <= MAX_REQUEST_BYTES + line.len() {
+            big.extend_from_slice(line.as_bytes());
+        }
+        big.extend_from_slice(b"\n");
+        assert!(matches!(read(&big), Request::Refused));
+        let long_line = [b"set=1\n".as_slice(), &vec![b'a'; MAX_LINE + 10], b"\n\n"].concat();
+        assert!(
+            read_request(&mut Cursor::new(long_line), &mut Vec::new()).is_err(),
+            "a line over 4 KiB is an error"
+        );
+    }
 }
