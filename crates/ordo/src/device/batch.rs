@@ -28,20 +28,24 @@ pub struct Datagram {
     pub src: SocketAddr,
 }
 
-/// Asks the kernel to coalesce received datagrams (UDP GRO); returns whether it agreed.
-pub fn enable_gro(sock: &UdpSocket) -> bool {
-    let one: libc::c_int = 1;
+/// Sets an integer socket option; returns whether the kernel accepted it.
+pub fn set_int_option(fd: &impl AsRawFd, level: libc::c_int, option: libc::c_int, value: libc::c_int) -> bool {
     // SAFETY: setsockopt reads one int from a live local.
     let rc = unsafe {
         libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_UDP,
-            UDP_GRO,
-            &one as *const _ as *const libc::c_void,
+            fd.as_raw_fd(),
+            level,
+            option,
+            &value as *const _ as *const libc::c_void,
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
     rc == 0
+}
+
+/// Asks the kernel to coalesce received datagrams (UDP GRO); returns whether it agreed.
+pub fn enable_gro(sock: &UdpSocket) -> bool {
+    set_int_option(sock, libc::SOL_UDP, UDP_GRO, 1)
 }
 
 fn to_socket_addr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {

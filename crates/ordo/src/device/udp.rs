@@ -40,18 +40,7 @@ fn open(domain: Domain, addr: SocketAddr, fwmark: u32) -> io::Result<UdpSocket> 
 }
 
 fn force_buffer(s: &Socket, option: libc::c_int) -> bool {
-    use std::os::fd::AsRawFd;
-    let size = SOCKET_BUFFER as libc::c_int;
-    // SAFETY: setsockopt reads one int from a live local.
-    unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            option,
-            &size as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-    }
+    super::batch::set_int_option(s, libc::SOL_SOCKET, option, SOCKET_BUFFER as libc::c_int)
 }
 
 impl Sockets {
