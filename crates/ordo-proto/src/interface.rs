@@ -15,6 +15,7 @@ use crate::packet;
 use crate::peer::{Peer, PeerId, Slot, MAX_STAGED_PACKETS};
 use crate::ratelimiter::RateLimiter;
 use crate::session::Session;
+use crate::steering;
 use crate::timers::{
     INITIATION_MIN_INTERVAL, MAX_HANDSHAKE_ATTEMPTS, MAX_JITTER_MS, REKEY_AFTER_MESSAGES, REKEY_AFTER_TIME,
     REKEY_ON_RECEIVE_AGE, REKEY_TIMEOUT,
@@ -237,6 +238,8 @@ pub struct Interface {
     limiter: RateLimiter,
     load_window: (Instant, u32),
     under_load_until: Option<Instant>,
+    /// Receive queues that our receiver indices steer between (see steering.rs); 1: none.
+    queues: u32,
     /// Test hook: behave as under load whatever the rate.
     pub force_under_load: bool,
     pub stats: Stats,
@@ -265,6 +268,7 @@ impl Interface {
             load_window: (now, 0),
             under_load_until: None,
             force_under_load: false,
+            queues: 1,
             stats: Stats::default(),
         }
     }
@@ -313,6 +317,39 @@ impl Interface {
     /// The TUN MTU, which bounds padding.
     pub fn set_mtu(&mut self, mtu: usize) {
         self.mtu = mtu.max(576);
+    }
+
+    /// How many receive queues the device steers between by receiver index.
+    pub fn set_queues(&mut self, queues: u32) {
+        self.queues = queues.clamp(1, steering::MAX_QUEUES);
+    }
+
+    pub fn queues(&self) -> u32 {
+        self.queues
+    }
+
+    /// Moves a peer to another receive queue. Its current session keeps the old index, so a
+    /// handshake starts now (subject to the usual rate limit): the new session's index
+    /// steers to the new queue. Returns false for an unknown peer.
+    pub fn set_peer_queue(&mut self, id: PeerId, queue: u32, now: Instant, wall: SystemTime) -> bool {
+        let queues = self.queues;
+        let Some(peer) = self.peers.get_mut(&id) else {
+            return false;
+        };
+        let queue = queue % queues;
+        if peer.queue == queue {
+            return true;
+        }
+        peer.queue = queue;
+        let moved = peer
+            .sessions
+            .current
+            .as_ref()
+            .is_some_and(|s| steering::queue_of_index(s.local_index, queues) != queue);
+        if moved {
+            self.initiate(id, now, wall, false);
+        }
+        true
     }
 
     /// The peer with this key, created if new. Returns None for our own key.
@@ -712,8 +749,9 @@ impl Interface {
     }
 
     fn fresh_index(&mut self, id: PeerId) -> u32 {
+        let queue = self.peers.get(&id).map_or(0, |p| p.queue);
         loop {
-            let i = self.rng.next_u32();
+            let i = steering::index_for_queue(self.rng.next_u32(), queue, self.queues);
             if let std::collections::hash_map::Entry::Vacant(e) = self.indices.entry(i) {
                 e.insert(id);
                 return i;

@@ -32,6 +32,7 @@ pub mod peer;
 pub mod ratelimiter;
 pub mod replay;
 pub mod session;
+pub mod steering;
 pub mod timers;
 
 pub use interface::{

@@ -78,6 +78,8 @@ pub struct Peer {
     pub tx_bytes: u64,
     /// Persistent keepalive interval in seconds; 0 is off.
     pub persistent_keepalive: u16,
+    /// The receive queue our indices for this peer steer to (see steering.rs).
+    pub queue: u32,
 }
 
 impl Peer {
@@ -101,6 +103,7 @@ impl Peer {
             rx_bytes: 0,
             tx_bytes: 0,
             persistent_keepalive: 0,
+            queue: 0,
         }
     }
 

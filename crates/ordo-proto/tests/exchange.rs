@@ -489,3 +489,36 @@ fn changing_the_private_key_drops_sessions() {
     assert!(!n.a.peer(n.pa).unwrap().has_session(n.now));
     assert_eq!(n.a.index_count(), 0);
 }
+
+/// Steering (steering.rs): every message B sends A (data, responses) carries a receiver index
+/// that steers to the queue A assigned to B; moving B to another queue starts a handshake
+/// whose session steers to the new one.
+#[test]
+fn receiver_indices_steer_to_the_peers_queue() {
+    use ordo_proto::steering::queue_of_message;
+    let mut n = Net::new(None);
+    n.a.set_queues(4);
+    assert!(n.a.set_peer_queue(n.pa, 2, n.now, n.wall()));
+    n.send(true, b"one");
+    n.send(false, b"two");
+    assert_eq!(n.tun_a.len(), 1);
+    let steered: Vec<Option<u32>> = n.wire_from_b.iter().map(|d| queue_of_message(d, 4)).collect();
+    assert!(!steered.is_empty());
+    assert!(steered.iter().all(|q| *q == Some(2)), "{steered:?}");
+
+    n.advance(REKEY_TIMEOUT + Duration::from_millis(1));
+    let before = n.initiations_from_a();
+    let sent_before = n.wire_from_b.len();
+    assert!(n.a.set_peer_queue(n.pa, 1, n.now, n.wall()));
+    n.pump();
+    assert_eq!(n.initiations_from_a(), before + 1, "moving the peer starts a handshake");
+    n.send(true, b"three");
+    n.send(false, b"four");
+    assert_eq!(n.tun_a.len(), 2);
+    let after: Vec<Option<u32>> = n.wire_from_b[sent_before..]
+        .iter()
+        .map(|d| queue_of_message(d, 4))
+        .collect();
+    assert!(after.iter().all(|q| *q == Some(1)), "{after:?}");
+    assert!(!n.a.set_peer_queue(PeerId(999), 0, n.now, n.wall()));
+}

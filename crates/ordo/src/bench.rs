@@ -1,13 +1,17 @@
 //! `ordo bench`: the data plane with its I/O in memory, so no kernel is in the loop. A server
-//! data plane (the pool model, with real lanes, workers and protocol core) has N peers; the
+//! data plane (any execution model, with real lanes, workers and protocol core) has N peers; the
 //! peers are plain protocol cores that complete real handshakes with it in memory. Two
 //! phases are timed: *seal* (packets in, messages out: the read stage, workers and outbound
 //! delivery) and *open* (messages in, packets out: the receive stage, workers and inbound
 //! delivery, replay window and allowed-IPs checks included). Each is reported beside the
 //! AEAD ceiling, the same seal or open in a plain loop on one core, measured by the same
 //! binary in the same run.
+//!
+//! The models that have queues (inline, auto) get one dispatching thread per queue, each
+//! carrying the peers of its queue, as the kernel's steering would give them.
 
 use crate::device::batch::{Datagram, BATCH};
+use crate::device::model::{Model, Plan, PlaneConfig};
 use crate::device::pipeline::{DataPlane, InboundBatch, Io};
 use anyhow::{bail, Result};
 use ordo_proto::messages::DATA_HEADER_LEN;
@@ -29,13 +33,13 @@ struct MemIo {
 }
 
 impl Io for MemIo {
-    fn write_inner(&self, _: &DataPlane<Self>, _: &mut [InboundBatch], accepted: &[(usize, usize, usize)]) {
+    fn write_inner(&self, _: &DataPlane<Self>, _: usize, _: &mut [InboundBatch], accepted: &[(usize, usize, usize)]) {
         self.delivered.fetch_add(accepted.len() as u64, Ordering::Relaxed);
         self.delivered_bytes
             .fetch_add(accepted.iter().map(|a| a.2 as u64).sum(), Ordering::Relaxed);
     }
 
-    fn send_outer(&self, _: SocketAddr, payloads: &[&[u8]]) -> usize {
+    fn send_outer(&self, _: usize, _: SocketAddr, payloads: &[&[u8]]) -> usize {
         self.sent.fetch_add(payloads.len() as u64, Ordering::Relaxed);
         self.sent_bytes
             .fetch_add(payloads.iter().map(|p| p.len() as u64).sum(), Ordering::Relaxed);
@@ -44,6 +48,7 @@ impl Io for MemIo {
 }
 
 pub struct Options {
+    pub model: Model,
     pub peers: usize,
     /// Inner packet size in bytes (IPv4 UDP).
     pub size: usize,
@@ -58,6 +63,7 @@ pub struct Phase {
     pub seconds: f64,
     pub gbit_per_s: f64,
     pub mpps: f64,
+    /// Per thread doing crypto (workers, or queues in inline), at most one per core.
     pub gbit_per_s_per_worker: f64,
     /// The same AEAD operation in a plain loop on one core, Gbit/s of inner packets.
     pub aead_ceiling_gbit_per_s: f64,
@@ -71,6 +77,8 @@ pub struct Report {
     pub peers: usize,
     pub size: usize,
     pub workers: usize,
+    /// Threads that dispatch (one per queue in inline and auto).
+    pub dispatchers: usize,
     pub phases: Vec<Phase>,
     /// The data plane's own stage counters over both phases (see `ordo show`).
     pub stages: std::collections::BTreeMap<String, u64>,
@@ -141,9 +149,24 @@ pub fn run(o: &Options) -> Result<Report> {
     let mut core = Interface::new(t0);
     core.set_mtu(o.size.max(576));
     core.set_private_key(Some(server_key.clone()));
-    let plane = DataPlane::new(core, MemIo::default(), o.workers);
-    let jobs = plane.start_workers();
-    let me = plane.stats.register_thread("bench");
+    let config = PlaneConfig {
+        model: o.model,
+        workers: o.workers,
+        ..Default::default()
+    };
+    let plan = Plan::new(&config).map_err(anyhow::Error::msg)?;
+    let dispatchers = if o.model.has_queues() { plan.queues.len() } else { 1 };
+    let crypto_threads = match o.model {
+        // Dispatchers without a peer do nothing.
+        Model::Inline => dispatchers.min(o.peers),
+        Model::Auto => dispatchers.min(o.peers).max(plan.workers()),
+        Model::Pool | Model::Threaded => plan.workers(),
+    }
+    .min(plan.cpus.len());
+    let plane = DataPlane::new(core, MemIo::default(), plan);
+    plane.start();
+    // The auto model decides from measured load: let it, as the device's timer thread does.
+    let placing = std::sync::atomic::AtomicBool::new(o.model == Model::Auto);
 
     // Real handshakes, in memory: each client initiates and confirms its session.
     let server_pub = server_key.public_key();
@@ -184,58 +207,107 @@ pub fn run(o: &Options) -> Result<Report> {
 
     let mut phases = Vec::new();
 
-    // Seal: packets to every peer, round robin, through the read stage.
+    // Seal: packets to every peer, round robin, through the read stage (each dispatcher
+    // takes the peers of its queue).
     let templates: Vec<Vec<u8>> = (0..o.peers).map(|i| packet(SERVER_IP, client_ip(i), o.size)).collect();
+    let share = |d: usize| (0..o.packets).filter(|k| (k % o.peers) % dispatchers == d).count();
     let start = Instant::now();
-    let mut made = 0;
-    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
-    while made < o.packets {
-        for _ in 0..BATCH.min(o.packets - made) {
-            let t = &templates[made % o.peers];
-            let mut b = Vec::with_capacity(DATA_HEADER_LEN + t.len() + 32);
-            b.resize(DATA_HEADER_LEN, 0);
-            b.extend_from_slice(t);
-            batch.push(b);
-            made += 1;
+    std::thread::scope(|scope| {
+        if placing.load(Ordering::Relaxed) {
+            scope.spawn(|| place_while(&plane, &placing));
         }
-        plane.dispatch_outbound(&mut batch, &jobs, &me);
-    }
+        let handles: Vec<_> = (0..dispatchers)
+            .map(|d| {
+                let (plane, templates) = (&plane, &templates);
+                let own: Vec<usize> = (0..o.peers).filter(|i| i % dispatchers == d).collect();
+                let total = share(d);
+                scope.spawn(move || {
+                    let ctx = plane.register(&format!("bench{d}"), d);
+                    let mut made = 0;
+                    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
+                    while made < total {
+                        for _ in 0..BATCH.min(total - made) {
+                            let t = &templates[own[made % own.len()]];
+                            let mut b = Vec::with_capacity(DATA_HEADER_LEN + t.len() + 32);
+                            b.resize(DATA_HEADER_LEN, 0);
+                            b.extend_from_slice(t);
+                            batch.push(b);
+                            made += 1;
+                        }
+                        plane.dispatch_outbound(&mut batch, &ctx);
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().for_each(|h| h.join().expect("dispatcher"));
+        placing.store(false, Ordering::Relaxed);
+    });
     wait_for(
         || plane.io.sent.load(Ordering::Relaxed) >= o.packets as u64,
         "sealed messages",
     )?;
-    phases.push(phase("seal", o, start.elapsed(), aead_ceiling(o.size, false)));
+    phases.push(phase(
+        "seal",
+        o,
+        crypto_threads,
+        start.elapsed(),
+        aead_ceiling(o.size, false),
+    ));
 
     // Open: messages from every peer, made beforehand by the peers' own cores.
-    let mut messages: Vec<Datagram> = Vec::with_capacity(o.packets);
+    let mut messages: Vec<Vec<Datagram>> = (0..dispatchers).map(|_| Vec::new()).collect();
     let per_peer: Vec<Vec<u8>> = (0..o.peers).map(|i| packet(client_ip(i), SERVER_IP, o.size)).collect();
     let mut out = vec![0u8; o.size + SEND_HEADROOM];
     for k in 0..o.packets {
         let (c, addr) = &mut clients[k % o.peers];
         if let Sent::Data { len, .. } = c.send(t0, wall, &per_peer[k % o.peers], &mut out) {
-            messages.push(Datagram {
+            messages[(k % o.peers) % dispatchers].push(Datagram {
                 data: out[..len].to_vec(),
                 src: *addr,
             });
         }
     }
-    if messages.len() != o.packets {
+    if messages.iter().map(Vec::len).sum::<usize>() != o.packets {
         bail!("bench: the peers could not seal every message");
     }
     let start = Instant::now();
-    let mut it = messages.into_iter();
-    loop {
-        let mut batch: Vec<Datagram> = it.by_ref().take(BATCH).collect();
-        if batch.is_empty() {
-            break;
+    placing.store(o.model == Model::Auto, Ordering::Relaxed);
+    std::thread::scope(|scope| {
+        if placing.load(Ordering::Relaxed) {
+            scope.spawn(|| place_while(&plane, &placing));
         }
-        plane.dispatch_inbound(&mut batch, 0, &jobs, &me);
-    }
+        let handles: Vec<_> = messages
+            .into_iter()
+            .enumerate()
+            .map(|(d, list)| {
+                let plane = &plane;
+                scope.spawn(move || {
+                    let ctx = plane.register(&format!("bench{d}"), d);
+                    let mut it = list.into_iter();
+                    loop {
+                        let mut batch: Vec<Datagram> = it.by_ref().take(BATCH).collect();
+                        if batch.is_empty() {
+                            break;
+                        }
+                        plane.dispatch_inbound(&mut batch, 0, &ctx);
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().for_each(|h| h.join().expect("dispatcher"));
+        placing.store(false, Ordering::Relaxed);
+    });
     wait_for(
         || plane.io.delivered.load(Ordering::Relaxed) >= o.packets as u64,
         "opened messages",
     )?;
-    phases.push(phase("open", o, start.elapsed(), aead_ceiling(o.size, true)));
+    phases.push(phase(
+        "open",
+        o,
+        crypto_threads,
+        start.elapsed(),
+        aead_ceiling(o.size, true),
+    ));
     // Every packet went through the replay window and allowed-IPs check and was delivered.
     let dropped: u64 = plane.core().stats.drops.values().sum();
     if dropped != 0 || plane.io.delivered.load(Ordering::Relaxed) != o.packets as u64 {
@@ -247,14 +319,24 @@ pub fn run(o: &Options) -> Result<Report> {
         .into_iter()
         .filter(|(k, _)| k.starts_with("stage_"))
         .collect();
+    plane.stop();
     Ok(Report {
-        model: "pool",
+        model: o.model.name(),
         peers: o.peers,
         size: o.size,
         workers: plane.workers(),
+        dispatchers,
         phases,
         stages,
     })
+}
+
+/// Runs the placement decisions while the flag is set, as the device's timer thread does.
+fn place_while(plane: &DataPlane<MemIo>, running: &std::sync::atomic::AtomicBool) {
+    while running.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        let _ = plane.rebalance(Instant::now(), SystemTime::now());
+    }
 }
 
 fn wait_for(done: impl Fn() -> bool, what: &str) -> Result<()> {
@@ -268,15 +350,10 @@ fn wait_for(done: impl Fn() -> bool, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn phase(name: &'static str, o: &Options, took: Duration, ceiling: f64) -> Phase {
+fn phase(name: &'static str, o: &Options, crypto_threads: usize, took: Duration, ceiling: f64) -> Phase {
     let secs = took.as_secs_f64();
     let gbps = (o.packets * o.size * 8) as f64 / secs / 1e9;
-    let workers = if o.workers == 0 {
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-    } else {
-        o.workers
-    };
-    let per_worker = gbps / workers as f64;
+    let per_worker = gbps / crypto_threads.max(1) as f64;
     Phase {
         phase: name,
         packets: o.packets as u64,
@@ -291,10 +368,10 @@ fn phase(name: &'static str, o: &Options, took: Duration, ceiling: f64) -> Phase
 
 pub fn render(r: &Report) -> String {
     let mut s = format!(
-        "ordo bench: model {}, {} peer(s), {}-byte packets, {} worker(s)\n\n\
+        "ordo bench: model {}, {} peer(s), {}-byte packets, {} worker(s), {} dispatcher(s)\n\n\
          | phase | packets | Gbit/s | Mpps | Gbit/s per worker | AEAD ceiling, 1 core | per worker / ceiling |\n\
          |---|---|---|---|---|---|---|\n",
-        r.model, r.peers, r.size, r.workers
+        r.model, r.peers, r.size, r.workers, r.dispatchers
     );
     for p in &r.phases {
         s += &format!(
@@ -319,21 +396,32 @@ mod tests {
     /// every packet of several peers is sealed and every message opened and delivered, with
     /// no drop (run() refuses to report otherwise).
     #[test]
-    fn pipeline_carries_every_packet_of_every_peer() {
-        let r = run(&Options {
-            peers: 3,
-            size: 200,
-            workers: 2,
-            packets: 3000,
-        })
-        .unwrap();
-        assert_eq!(r.phases.len(), 2);
-        assert!(r.phases.iter().all(|p| p.packets == 3000 && p.gbit_per_s > 0.0));
+    fn pipeline_carries_every_packet_of_every_peer_in_every_model() {
+        for model in Model::ALL {
+            let r = run(&Options {
+                model,
+                peers: 3,
+                size: 200,
+                workers: 2,
+                packets: 3000,
+            })
+            .unwrap();
+            assert_eq!(r.model, model.name());
+            assert_eq!(r.phases.len(), 2);
+            assert!(r.phases.iter().all(|p| p.packets == 3000 && p.gbit_per_s > 0.0));
+            if model == Model::Threaded {
+                // Every delivery of the threaded model is a wake-up of a peer's thread.
+                assert!(r.stages["stage_deliver_inbound_wakeups"] > 0);
+            } else {
+                assert_eq!(r.stages["stage_deliver_inbound_wasted_wakeups"], 0, "{model}");
+            }
+        }
     }
 
     #[test]
     fn bad_options_are_refused() {
         assert!(run(&Options {
+            model: Model::Pool,
             peers: 0,
             size: 200,
             workers: 1,
@@ -341,6 +429,7 @@ mod tests {
         })
         .is_err());
         assert!(run(&Options {
+            model: Model::Pool,
             peers: 1,
             size: 10,
             workers: 1,

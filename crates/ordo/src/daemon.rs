@@ -2,6 +2,7 @@
 //! into the background and returns only once the UAPI socket answers; `ordo -f IFNAME` stays
 //! in the foreground. Privileges are dropped once the interface and sockets exist.
 
+use crate::device::model::PlaneConfig;
 use crate::device::Device;
 use crate::uapi;
 use anyhow::{bail, Context, Result};
@@ -18,13 +19,14 @@ pub const LOG_ENV: &str = "ORDO_LOG";
 const UNDER_LOAD_ENV: &str = "ORDO_TEST_UNDER_LOAD";
 
 /// Starts the daemon for `ifname` in the background and waits until it is ready.
-pub fn spawn_detached(ifname: &str, keep_privileges: bool) -> Result<()> {
+pub fn spawn_detached(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the ordo executable")?;
     let mut cmd = Command::new(exe);
     cmd.arg("--foreground");
     if keep_privileges {
         cmd.arg("--keep-privileges");
     }
+    cmd.args(config.to_args());
     cmd.arg(ifname)
         .env(READY_ENV, "1")
         .stdin(Stdio::null())
@@ -75,11 +77,16 @@ fn report_ready() -> Result<()> {
 /// CAP_NET_BIND_SERVICE (a listen port below 1024 set later through the UAPI). Everything
 /// else leaves the bounding, permitted, effective and inheritable sets, and no exec can
 /// regain it. Capabilities are per thread, so this runs before any thread is started.
-pub fn drop_privileges() -> Result<()> {
+/// With `realtime` (the threaded model's SCHED_FIFO delivery, a lab setting), also
+/// CAP_SYS_NICE, which the delivery threads started later need.
+pub fn drop_privileges(realtime: bool) -> Result<()> {
     use caps::{CapSet, Capability, CapsHashSet};
-    let keep: CapsHashSet = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_BIND_SERVICE]
+    let mut keep: CapsHashSet = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_BIND_SERVICE]
         .into_iter()
         .collect();
+    if realtime {
+        keep.insert(Capability::CAP_SYS_NICE);
+    }
     for c in caps::all() {
         if !keep.contains(&c) {
             caps::drop(None, CapSet::Bounding, c).with_context(|| format!("dropping {c} from the bounding set"))?;
@@ -96,9 +103,8 @@ pub fn drop_privileges() -> Result<()> {
 }
 
 /// Runs the interface until it is deleted, its socket removed, or a signal arrives.
-pub fn run(ifname: &str, keep_privileges: bool) -> Result<()> {
-    let device =
-        Device::create(ifname, workers_from_env()).with_context(|| format!("cannot create interface {ifname}"))?;
+pub fn run(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<()> {
+    let device = Device::create(ifname, config).with_context(|| format!("cannot create interface {ifname}"))?;
     if std::env::var_os(UNDER_LOAD_ENV).is_some() {
         eprintln!("ordo[{ifname}]: {UNDER_LOAD_ENV} is set: every handshake without a valid mac2 gets a cookie reply");
         device.core().force_under_load = true;
@@ -107,7 +113,8 @@ pub fn run(ifname: &str, keep_privileges: bool) -> Result<()> {
         uapi::listen(ifname).with_context(|| format!("cannot create the UAPI socket for {ifname}"))?;
     *device.uapi_path.lock().unwrap() = Some(path.clone());
     if !keep_privileges {
-        drop_privileges().context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
+        drop_privileges(config.delivery_fifo)
+            .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
     }
     device.start();
     let d = device.clone();
@@ -122,18 +129,14 @@ pub fn run(ifname: &str, keep_privileges: bool) -> Result<()> {
         }
     })?;
     report_ready()?;
-    eprintln!("ordo[{ifname}]: up, listening on UDP port {}", device.listen_port());
+    eprintln!(
+        "ordo[{ifname}]: up, listening on UDP port {}, model {}, {} queue(s), {} crypto worker(s)",
+        device.listen_port(),
+        device.model(),
+        device.plane.plan.queues.len(),
+        device.workers()
+    );
     device.wait();
     let _ = std::fs::remove_file(&path);
     Ok(())
-}
-
-/// Worker threads from $ORDO_WORKERS (0 or unset: one per available core). The xplatform
-/// command line is fixed by wg-quick (`ordo IFNAME`), so tuning comes from the environment,
-/// as boringtun's WG_THREADS does.
-fn workers_from_env() -> usize {
-    std::env::var("ORDO_WORKERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }

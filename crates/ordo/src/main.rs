@@ -1,14 +1,16 @@
 //! The `ordo` command.
 //!
 //! ```text
-//! ordo [-f|--foreground] [--keep-privileges] IFNAME   # userspace WireGuard, as wg-quick expects
+//! ordo [-f|--foreground] [--keep-privileges] [--model M] [--workers N] [--cores L]
+//!      [--io-cores L] IFNAME                           # userspace WireGuard, as wg-quick expects
 //! ordo up CONFIG|NAME                                  # wg-quick up, with Ordo
 //! ordo down CONFIG|NAME                                # wg-quick down
 //! ordo show [IFNAME] [--json]                          # wg show, plus Ordo's counters
 //! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
-//! ordo bench [--peers N] [--size B] [--workers T]     # the data plane on in-memory I/O
+//! ordo bench [--model M] [--peers N] [--size B] [--workers T]  # the data plane in memory
 //! ```
 
+use ordo::device::model::{Model, PlaneConfig, SETTINGS};
 use ordo::{bench, daemon, quick, show, uapi};
 
 use anyhow::{bail, Context, Result};
@@ -58,9 +60,9 @@ enum Command {
         /// Packets per phase.
         #[arg(long, default_value_t = 200_000)]
         packets: usize,
-        /// Execution model (only "pool" so far).
+        /// Execution model: pool, inline, threaded or auto.
         #[arg(long, default_value = "pool")]
-        model: String,
+        model: Model,
         #[arg(long)]
         json: bool,
     },
@@ -70,15 +72,25 @@ enum Command {
     Pubkey,
 }
 
-/// The xplatform form: `ordo [-f|--foreground] [--keep-privileges] IFNAME`.
+/// The xplatform form: `ordo [-f|--foreground] [--keep-privileges] [data-plane flags] IFNAME`.
+/// wg-quick runs plain `ordo IFNAME`, so the data-plane settings also come from the
+/// environment (ORDO_MODEL and the others of `SETTINGS`); flags win over the environment.
 fn xplatform(args: &[String]) -> Option<Result<()>> {
     let mut foreground = false;
     let mut keep = false;
     let mut name = None;
-    for a in args {
+    let mut flags: Vec<(&str, &str)> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
         match a.as_str() {
             "-f" | "--foreground" => foreground = true,
             "--keep-privileges" => keep = true,
+            s if s.starts_with("--") && SETTINGS.iter().any(|(n, _, _)| *n == &s[2..]) => {
+                let Some(v) = it.next() else {
+                    return Some(Err(anyhow::anyhow!("{s} needs a value")));
+                };
+                flags.push((&s[2..], v.as_str()));
+            }
             s if !s.starts_with('-') && name.is_none() => name = Some(s.to_string()),
             _ => return None,
         }
@@ -87,11 +99,20 @@ fn xplatform(args: &[String]) -> Option<Result<()>> {
     if ["up", "down", "show", "bench", "genkey", "pubkey", "help"].contains(&name.as_str()) {
         return None;
     }
-    Some(if foreground {
-        daemon::run(&name, keep)
-    } else {
-        daemon::spawn_detached(&name, keep)
-    })
+    let config = (|| -> Result<PlaneConfig> {
+        let mut c = PlaneConfig::from_env().map_err(anyhow::Error::msg)?;
+        for (k, v) in flags {
+            c.set(k, v).map_err(|e| anyhow::anyhow!("--{k}: {e}"))?;
+        }
+        Ok(c)
+    })();
+    Some(config.and_then(|config| {
+        if foreground {
+            daemon::run(&name, keep, &config)
+        } else {
+            daemon::spawn_detached(&name, keep, &config)
+        }
+    }))
 }
 
 fn main() {
@@ -135,10 +156,8 @@ fn run(cli: Cli) -> Result<()> {
             model,
             json,
         } => {
-            if model != "pool" {
-                bail!("bench: model {model:?} is not implemented yet (only \"pool\")");
-            }
             let r = bench::run(&bench::Options {
+                model,
                 peers,
                 size,
                 workers,

@@ -4,6 +4,7 @@
 
 use crate::config::wgquick::{self, Table, WgQuickConfig};
 use crate::daemon;
+use crate::device::model::PlaneConfig;
 use crate::netconf::Netlink;
 use crate::uapi::client;
 use anyhow::{bail, Context, Result};
@@ -122,7 +123,11 @@ pub fn up(arg: &str, keep_privileges: bool) -> Result<()> {
         bail!("{ifname} is already up");
     }
     run_hooks(&cfg.interface.pre_up, &ifname)?;
-    daemon::spawn_detached(&ifname, keep_privileges)?;
+    let mut plane = PlaneConfig::from_env().map_err(anyhow::Error::msg)?;
+    for (name, value) in &cfg.interface.plane {
+        plane.set(name, value).map_err(anyhow::Error::msg)?;
+    }
+    daemon::spawn_detached(&ifname, keep_privileges, &plane)?;
     let result = configure(&cfg, &ifname);
     if result.is_err() {
         // Leave nothing half-configured behind.

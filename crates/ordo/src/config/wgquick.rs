@@ -1,6 +1,7 @@
 //! The wg-quick configuration format: an [Interface] section and [Peer] sections of
 //! `Key = Value` lines. Every error names the file, the line and what is wrong.
 
+use crate::device::model::{PlaneConfig, SETTINGS};
 use ipnet::IpNet;
 use ordo_proto::{PresharedKey, PrivateKey, PublicKey};
 use std::fmt;
@@ -46,6 +47,9 @@ pub struct InterfaceSection {
     pub post_up: Vec<String>,
     pub pre_down: Vec<String>,
     pub post_down: Vec<String>,
+    /// Ordo's data-plane settings (`Model`, `Workers`, `Cores`, `IoCores`, `DeliveryFifo`),
+    /// by their command-line names, checked; they override the environment's.
+    pub plane: Vec<(&'static str, String)>,
     /// Keys wg-quick knows that Ordo accepts but does not act on (DNS, SaveConfig).
     pub ignored: Vec<(usize, String)>,
 }
@@ -247,7 +251,15 @@ pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
                     "predown" => iface.pre_down.push(value.to_string()),
                     "postdown" => iface.post_down.push(value.to_string()),
                     "dns" | "saveconfig" => iface.ignored.push((n, key.to_string())),
-                    _ => return Err(err(n, format!("unknown [Interface] key {key:?}"))),
+                    _ => match SETTINGS.iter().find(|(_, k, _)| k.eq_ignore_ascii_case(&lower)) {
+                        Some((name, k, _)) => {
+                            PlaneConfig::default()
+                                .set(name, value)
+                                .map_err(|e| err(n, format!("{k}: {e}")))?;
+                            iface.plane.push((name, value.to_string()));
+                        }
+                        None => return Err(err(n, format!("unknown [Interface] key {key:?}"))),
+                    },
                 }
             }
             Section::Peer => {

@@ -114,6 +114,19 @@ impl Receiver {
     /// Blocks for at least one datagram, then takes up to [`BATCH`] receives without waiting
     /// more, splitting GRO batches. Returns how many were dropped as truncated.
     pub fn recv(&mut self, sock: &UdpSocket, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        self.recv_with(sock, out, libc::MSG_WAITFORONE)
+    }
+
+    /// As [`Receiver::recv`] without waiting for the first: for a thread that polls. An
+    /// empty socket is no error: nothing is added.
+    pub fn recv_ready(&mut self, sock: &UdpSocket, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        match self.recv_with(sock, out, libc::MSG_DONTWAIT) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            r => r,
+        }
+    }
+
+    fn recv_with(&mut self, sock: &UdpSocket, out: &mut Vec<Datagram>, flags: libc::c_int) -> io::Result<usize> {
         let mut addrs: [MaybeUninit<libc::sockaddr_storage>; BATCH] = [MaybeUninit::uninit(); BATCH];
         let mut iovs: Vec<libc::iovec> = self
             .bufs
@@ -142,7 +155,7 @@ impl Receiver {
                 sock.as_raw_fd(),
                 msgs.as_mut_ptr(),
                 BATCH as u32,
-                libc::MSG_WAITFORONE,
+                flags,
                 std::ptr::null_mut(),
             )
         };

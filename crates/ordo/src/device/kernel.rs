@@ -3,12 +3,13 @@
 
 use super::batch::{self, Datagram};
 use super::offload;
-use super::pipeline::{DataPlane, InboundBatch, Io, Job};
+use super::pipeline::{DataPlane, InboundBatch, Io};
 use super::tun::Tun;
 use super::udp::Sockets;
 use super::{canonical, Device, MAX_PACKET};
 use ordo_proto::messages::DATA_HEADER_LEN;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 
@@ -18,13 +19,14 @@ fn inner(run: &[InboundBatch], (bi, pi, len): (usize, usize, usize)) -> &[u8] {
 }
 
 pub struct KernelIo {
-    pub tun: Tun,
-    /// Replaced when the listen port changes.
-    pub sockets: RwLock<Arc<Sockets>>,
+    /// The TUN device's queues, one per data-plane queue.
+    pub tun: Vec<Tun>,
+    /// The sockets of each queue; replaced when the listen port changes.
+    pub sockets: RwLock<Arc<Vec<Sockets>>>,
 }
 
 impl KernelIo {
-    pub fn sockets(&self) -> Arc<Sockets> {
+    pub fn sockets(&self) -> Arc<Vec<Sockets>> {
         self.sockets.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
@@ -32,15 +34,22 @@ impl KernelIo {
 impl Io for KernelIo {
     /// Segments of one TCP flow are coalesced into single writes where the device takes
     /// virtio-net headers.
-    fn write_inner(&self, plane: &DataPlane<Self>, run: &mut [InboundBatch], accepted: &[(usize, usize, usize)]) {
+    fn write_inner(
+        &self,
+        plane: &DataPlane<Self>,
+        queue: usize,
+        run: &mut [InboundBatch],
+        accepted: &[(usize, usize, usize)],
+    ) {
         let c = &plane.counters;
+        let tun = &self.tun[queue % self.tun.len()];
         let write = |bytes: &[u8], packets: usize| {
             c.tun_writes.fetch_add(1, Ordering::Relaxed);
-            if self.tun.write(bytes).is_err() {
+            if tun.write(bytes).is_err() {
                 c.tun_write_errors.fetch_add(packets as u64, Ordering::Relaxed);
             }
         };
-        if !self.tun.has_vnet_hdr() {
+        if !tun.has_vnet_hdr() {
             for &a in accepted {
                 write(inner(run, a), 1);
             }
@@ -69,8 +78,9 @@ impl Io for KernelIo {
         }
     }
 
-    fn send_outer(&self, to: SocketAddr, payloads: &[&[u8]]) -> usize {
-        let sockets = self.sockets();
+    fn send_outer(&self, queue: usize, to: SocketAddr, payloads: &[&[u8]]) -> usize {
+        let group = self.sockets();
+        let sockets = &group[queue % group.len()];
         sockets
             .socket_for(to)
             .and_then(|(s, to)| batch::send_batch(s, to, payloads, &sockets.gso))
@@ -78,11 +88,12 @@ impl Io for KernelIo {
     }
 }
 
-/// The receive stage of one socket: batches of datagrams into the data plane.
-pub fn receive_loop(device: Arc<Device>, sock_index: usize, generation: u64, jobs: crossbeam_channel::Sender<Job>) {
+/// The receive stage of one socket (pool models): batches of datagrams into the data plane.
+pub fn receive_loop(device: Arc<Device>, sock_index: usize, generation: u64) {
     let plane = device.plane.clone();
-    let me = plane.stats.register_thread(&format!("receive{sock_index}"));
-    let sockets = plane.io.sockets();
+    let ctx = plane.register(&format!("receive{sock_index}"), 0);
+    let group = plane.io.sockets();
+    let sockets = &group[0];
     let sock = if sock_index == 0 {
         &sockets.v4
     } else {
@@ -100,31 +111,87 @@ pub fn receive_loop(device: Arc<Device>, sock_index: usize, generation: u64, job
         for d in &mut datagrams {
             d.src = canonical(d.src);
         }
-        if !plane.dispatch_inbound(&mut datagrams, truncated, &jobs, &me) {
+        if !plane.dispatch_inbound(&mut datagrams, truncated, &ctx) {
             return;
         }
     }
 }
 
-/// The read stage: batches of packets from the TUN device into the data plane.
-pub fn read_loop(device: Arc<Device>, jobs: crossbeam_channel::Sender<Job>) {
+/// The read stage (pool models): batches of packets from the TUN device into the data plane.
+pub fn read_loop(device: Arc<Device>) {
     let plane = device.plane.clone();
-    let me = plane.stats.register_thread("read");
+    let ctx = plane.register("read", 0);
     // A TSO read brings up to 64 KB behind its virtio-net header.
     let mut scratch = vec![0u8; MAX_PACKET + 1 + offload::VNET_HDR_LEN];
     let mut packets: Vec<Vec<u8>> = Vec::with_capacity(batch::BATCH);
     while !device.stopped() {
         packets.clear();
-        if let Err(e) = plane
-            .io
-            .tun
-            .read_batch(&mut scratch, &mut packets, batch::BATCH, DATA_HEADER_LEN)
-        {
-            device.shutdown(&format!("TUN device {} is gone ({e})", plane.io.tun.name()));
+        let tun = &plane.io.tun[0];
+        if let Err(e) = tun.read_batch(&mut scratch, &mut packets, batch::BATCH, DATA_HEADER_LEN) {
+            device.shutdown(&format!("TUN device {} is gone ({e})", tun.name()));
             return;
         }
-        if !packets.is_empty() && !plane.dispatch_outbound(&mut packets, &jobs, &me) {
+        if !packets.is_empty() && !plane.dispatch_outbound(&mut packets, &ctx) {
             return;
+        }
+    }
+}
+
+/// One queue of the inline and auto models, on its own CPU: its UDP sockets and its TUN
+/// queue, polled together; every batch is dispatched and (for peers not spread) decrypted
+/// or encrypted and delivered right here, to this queue's TUN queue and sockets.
+pub fn queue_loop(device: Arc<Device>, queue: usize) {
+    let plane = device.plane.clone();
+    let ctx = plane.register(&format!("queue{queue}"), queue);
+    let tun = &plane.io.tun[queue];
+    let mut scratch = vec![0u8; MAX_PACKET + 1 + offload::VNET_HDR_LEN];
+    let mut packets: Vec<Vec<u8>> = Vec::with_capacity(batch::BATCH);
+    let mut receivers = [batch::Receiver::new(MAX_PACKET), batch::Receiver::new(MAX_PACKET)];
+    let mut datagrams: Vec<Datagram> = Vec::with_capacity(batch::BATCH);
+    while !device.stopped() {
+        // Fetched each round: a new listen port replaces the sockets under us.
+        let group = plane.io.sockets();
+        let Some(sockets) = group.get(queue) else { return };
+        let socks: Vec<&std::net::UdpSocket> = std::iter::once(&sockets.v4).chain(sockets.v6.as_ref()).collect();
+        let mut fds: Vec<libc::pollfd> = socks
+            .iter()
+            .map(|s| s.as_raw_fd())
+            .chain(std::iter::once(tun.as_raw_fd()))
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: a live array of pollfds of the length passed.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000) };
+        if rc <= 0 {
+            continue;
+        }
+        for (i, sock) in socks.iter().enumerate() {
+            if fds[i].revents == 0 {
+                continue;
+            }
+            datagrams.clear();
+            let Ok(truncated) = receivers[i].recv_ready(sock, &mut datagrams) else {
+                continue;
+            };
+            for d in &mut datagrams {
+                d.src = canonical(d.src);
+            }
+            if (!datagrams.is_empty() || truncated > 0) && !plane.dispatch_inbound(&mut datagrams, truncated, &ctx) {
+                return;
+            }
+        }
+        if fds[socks.len()].revents != 0 {
+            packets.clear();
+            if let Err(e) = tun.read_batch_waiting(&mut scratch, &mut packets, batch::BATCH, DATA_HEADER_LEN, false) {
+                device.shutdown(&format!("TUN device {} is gone ({e})", tun.name()));
+                return;
+            }
+            if !packets.is_empty() && !plane.dispatch_outbound(&mut packets, &ctx) {
+                return;
+            }
         }
     }
 }

@@ -95,6 +95,18 @@ impl<T> Lane<T> {
         }
     }
 
+    /// Files a finished batch without becoming its deliverer: for a lane with a dedicated
+    /// delivery thread (the threaded model), which collects with [`Lane::take_ready`].
+    pub fn file(&self, ticket: u64, item: T) {
+        self.lock().finished.insert(ticket, item);
+    }
+
+    /// The finished batches at the head, in order (empty if the head is still in crypto).
+    /// Only for a lane whose single deliverer is a dedicated thread.
+    pub fn take_ready(&self) -> Vec<T> {
+        Self::take_run(&mut self.lock())
+    }
+
     /// Batches that were ticketed and not yet delivered.
     pub fn in_flight(&self) -> u64 {
         let s = self.lock();
@@ -123,6 +135,17 @@ mod tests {
         assert!(matches!(lane.finish(t[3], 'd'), Finish::Filed));
         assert_eq!(lane.continue_delivery(), Some(vec!['d']));
         assert_eq!(lane.continue_delivery(), None);
+        assert_eq!(lane.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_delivery_thread_takes_only_the_ready_head() {
+        let lane = Lane::default();
+        let (t0, t1) = (lane.ticket(), lane.ticket());
+        lane.file(t1, 'b');
+        assert!(lane.take_ready().is_empty(), "the head is still in crypto");
+        lane.file(t0, 'a');
+        assert_eq!(lane.take_ready(), vec!['a', 'b']);
         assert_eq!(lane.in_flight(), 0);
     }
 

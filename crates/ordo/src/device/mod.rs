@@ -1,23 +1,29 @@
 //! The device: the protocol core wrapped with a TUN interface, UDP sockets and threads.
 //!
-//! The data plane is the pool model of [`pipeline`] over the kernel's I/O ([`kernel`]):
-//! dispatch threads read the TUN device and the sockets in batches, a fixed pool of workers
-//! does the crypto, and per-peer [`lane`]s deliver in order. One thread runs the timers. The
-//! protocol core sits behind one lock that is taken once per batch and never held during
-//! crypto.
+//! The data plane ([`pipeline`]) runs over the kernel's I/O ([`kernel`]) in the execution
+//! model chosen for the interface ([`model`]): receive and read threads feeding a crypto
+//! pool, or one run-to-completion queue per CPU with its own sockets ([`steer`]) and TUN
+//! queue, or both. Per-peer [`lane`]s deliver in order; [`peers`] places peers by load. One
+//! thread runs the timers and the placement. The protocol core sits behind one lock that is
+//! taken once per batch and never held during crypto.
 
 pub mod batch;
 pub mod kernel;
 pub mod lane;
+pub mod model;
 pub mod offload;
+pub mod peers;
 pub mod pipeline;
 pub mod stats;
+pub mod steer;
+pub mod topology;
 pub mod tun;
 pub mod udp;
 
 use kernel::KernelIo;
+use model::{Model, Plan, PlaneConfig};
 use ordo_proto::Interface;
-use pipeline::{DataPlane, IoCounters, Job};
+use pipeline::{DataPlane, IoCounters};
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -43,47 +49,64 @@ pub struct Device {
     stop_signal: (Mutex<bool>, Condvar),
     /// The UAPI socket path; the device stops when it disappears (as `wg-quick down` does).
     pub uapi_path: Mutex<Option<PathBuf>>,
-    jobs: Mutex<Option<crossbeam_channel::Sender<Job>>>,
     started: Instant,
 }
 
 impl Device {
-    /// Creates the TUN interface and binds the sockets (listen port 0: a free port).
-    /// `workers`: crypto threads in the pool; 0 means one per available core.
-    pub fn create(name: &str, workers: usize) -> io::Result<Arc<Device>> {
-        let tun = Tun::create(name)?;
+    /// Creates the TUN interface and binds the sockets (listen port 0: a free port), with
+    /// as many queues as the execution model wants.
+    pub fn create(name: &str, config: &PlaneConfig) -> io::Result<Arc<Device>> {
+        let plan = Plan::new(config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let queues = plan.queues.len();
+        let tun = Tun::create_queues(name, queues)?;
         // 1420 leaves room for the outer IPv6 + UDP + WireGuard headers on a 1500 link.
-        let _ = tun.set_mtu(1420);
-        let sockets = Sockets::bind(0, 0)?;
+        let _ = tun[0].set_mtu(1420);
+        let sockets = Sockets::bind_queues(0, 0, queues)?;
         let now = Instant::now();
         let mut core = Interface::new(now);
-        core.set_mtu(tun.mtu().unwrap_or(1420) as usize);
+        core.set_mtu(tun[0].mtu().unwrap_or(1420) as usize);
         let io = KernelIo {
             tun,
             sockets: RwLock::new(Arc::new(sockets)),
         };
         Ok(Arc::new(Device {
             name: name.to_string(),
-            plane: DataPlane::new(core, io, workers),
+            plane: DataPlane::new(core, io, plan),
             fwmark: Mutex::new(0),
             socket_generation: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             stop_signal: (Mutex::new(false), Condvar::new()),
             uapi_path: Mutex::new(None),
-            jobs: Mutex::new(None),
             started: now,
         }))
     }
 
-    /// Starts the data plane: the worker pool, the read and receive stages, the timers.
+    /// Starts the data plane: the pools, the queues or the read and receive stages, the
+    /// timers.
     pub fn start(self: &Arc<Self>) {
-        let jobs = self.plane.start_workers();
-        *self.jobs.lock().unwrap_or_else(|p| p.into_inner()) = Some(jobs.clone());
-        let d = self.clone();
-        thread::Builder::new()
-            .name("ordo-read".into())
-            .spawn(move || kernel::read_loop(d, jobs))
-            .expect("spawn");
+        self.plane.start();
+        let plan = &self.plane.plan;
+        if plan.model.has_queues() {
+            for (q, &cpu) in plan.queues.iter().enumerate() {
+                let d = self.clone();
+                thread::Builder::new()
+                    .name(format!("ordo-queue{q}"))
+                    .spawn(move || {
+                        pin_io(&[cpu]);
+                        kernel::queue_loop(d, q)
+                    })
+                    .expect("spawn");
+            }
+        } else {
+            let d = self.clone();
+            thread::Builder::new()
+                .name("ordo-read".into())
+                .spawn(move || {
+                    d.pin_io_threads();
+                    kernel::read_loop(d)
+                })
+                .expect("spawn");
+        }
         let d = self.clone();
         thread::Builder::new()
             .name("ordo-timers".into())
@@ -92,19 +115,35 @@ impl Device {
         self.spawn_receivers();
     }
 
+    /// The pool models' receive threads, one per socket family (the queue models' queue
+    /// threads pick up new sockets themselves).
     fn spawn_receivers(self: &Arc<Self>) {
-        let Some(jobs) = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+        if self.plane.plan.model.has_queues() {
             return;
-        };
+        }
         let generation = self.socket_generation.load(Ordering::SeqCst);
-        let families = if self.sockets().v6.is_some() { 2 } else { 1 };
+        let families = if self.sockets()[0].v6.is_some() { 2 } else { 1 };
         for i in 0..families {
-            let (d, jobs) = (self.clone(), jobs.clone());
+            let d = self.clone();
             thread::Builder::new()
                 .name(format!("ordo-receive{i}"))
-                .spawn(move || kernel::receive_loop(d, i, generation, jobs))
+                .spawn(move || {
+                    d.pin_io_threads();
+                    kernel::receive_loop(d, i, generation)
+                })
                 .expect("spawn");
         }
+    }
+
+    /// Receive and read threads keep to the I/O CPUs when the user named them.
+    fn pin_io_threads(&self) {
+        if self.plane.plan.explicit {
+            pin_io(&self.plane.plan.io_cpus);
+        }
+    }
+
+    pub fn model(&self) -> Model {
+        self.plane.plan.model
     }
 
     pub fn core(&self) -> MutexGuard<'_, Interface> {
@@ -120,19 +159,20 @@ impl Device {
     }
 
     pub fn tun(&self) -> &Tun {
-        &self.plane.io.tun
+        &self.plane.io.tun[0]
     }
 
     pub fn workers(&self) -> usize {
         self.plane.workers()
     }
 
-    pub fn sockets(&self) -> Arc<Sockets> {
+    /// The sockets of every queue.
+    pub fn sockets(&self) -> Arc<Vec<Sockets>> {
         self.plane.io.sockets()
     }
 
     pub fn listen_port(&self) -> u16 {
-        self.sockets().port
+        self.sockets()[0].port
     }
 
     pub fn fwmark(&self) -> u32 {
@@ -146,13 +186,13 @@ impl Device {
     /// Rebinds the sockets on `port` (0: any free port). On failure the old sockets stay.
     pub fn set_listen_port(self: &Arc<Self>, port: u16) -> io::Result<()> {
         let current = self.sockets();
-        if port == current.port && port != 0 {
+        if port == current[0].port && port != 0 {
             return Ok(());
         }
-        let fresh = Arc::new(Sockets::bind(port, self.fwmark())?);
+        let fresh = Arc::new(Sockets::bind_queues(port, self.fwmark(), current.len())?);
         *self.plane.io.sockets.write().unwrap_or_else(|p| p.into_inner()) = fresh;
         self.socket_generation.fetch_add(1, Ordering::SeqCst);
-        current.shutdown();
+        current.iter().for_each(Sockets::shutdown);
         if !self.stopped() {
             self.spawn_receivers();
         }
@@ -160,7 +200,9 @@ impl Device {
     }
 
     pub fn set_fwmark(&self, mark: u32) -> io::Result<()> {
-        self.sockets().set_fwmark(mark)?;
+        for s in self.sockets().iter() {
+            s.set_fwmark(mark)?;
+        }
         *self.fwmark.lock().unwrap_or_else(|p| p.into_inner()) = mark;
         Ok(())
     }
@@ -175,7 +217,8 @@ impl Device {
             return;
         }
         eprintln!("ordo[{}]: shutting down: {why}", self.name);
-        self.sockets().shutdown();
+        self.sockets().iter().for_each(Sockets::shutdown);
+        self.plane.stop();
         let (m, c) = &self.stop_signal;
         *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
         c.notify_all();
@@ -190,20 +233,26 @@ impl Device {
         }
     }
 
-    /// Timers, plus housekeeping: follow the MTU, stop when the UAPI socket is removed.
+    /// Timers, plus housekeeping: follow the MTU, place peers by load, stop when the UAPI
+    /// socket is removed.
     fn timer_loop(self: Arc<Self>) {
         let (m, c) = &self.stop_signal;
+        let mut last_placement = Instant::now();
         loop {
-            let transmits = {
+            let mut transmits = {
                 let mut core = self.plane.core();
                 core.tick(Instant::now(), SystemTime::now());
-                if let Ok(mtu) = self.plane.io.tun.mtu() {
+                if let Ok(mtu) = self.tun().mtu() {
                     core.set_mtu(mtu as usize);
                 }
                 self.plane.forget_removed_peers(&core);
                 pipeline::drain(&mut core)
             };
-            self.plane.send_transmits(transmits);
+            if last_placement.elapsed() >= peers::INTERVAL {
+                last_placement = Instant::now();
+                transmits.extend(self.plane.rebalance(last_placement, SystemTime::now()));
+            }
+            self.plane.send_transmits(0, transmits);
             if let Some(p) = self.uapi_path.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
                 if !p.exists() {
                     self.shutdown("UAPI socket was removed");
@@ -225,6 +274,15 @@ impl Device {
                 return;
             }
         }
+    }
+}
+
+fn pin_io(cpus: &[usize]) {
+    if let Err(e) = topology::pin_current_thread(cpus) {
+        eprintln!(
+            "ordo: cannot pin an I/O thread to CPUs {}: {e}",
+            topology::format_cpu_list(cpus)
+        );
     }
 }
 

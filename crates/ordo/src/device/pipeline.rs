@@ -1,38 +1,50 @@
-//! The pool execution model: a fixed pool of workers, one per allowed core, all in the same
-//! scheduling class, does the crypto of every peer; each peer's batches are delivered in
-//! order through its [`Lane`]s by whichever worker finishes a lane's head.
+//! The data plane: dispatch, crypto and in-order delivery of every peer's packets, run in
+//! the execution model of the interface (see model.rs).
 //!
 //! ```text
-//!  UDP ─recvmmsg─▶ [receive] ─ticket, batch per peer─▶ ┐                ┌─▶ deliver inbound ─▶ TUN
-//!                                                      ├─▶ [workers] ───┤   (in order, by the
-//!  TUN ──read────▶ [read] ───ticket, batch per peer──▶ ┘   open / seal  └─▶ deliver outbound ─▶ UDP
-//!                                                                           head's finisher)
+//!  UDP ─recvmmsg─▶ dispatch ─ticket, batch per peer─▶ open ──▶ lane ─▶ deliver inbound ─▶ TUN
+//!  TUN ──read────▶ dispatch ─ticket, batch per peer─▶ seal ──▶ lane ─▶ deliver outbound ─▶ UDP
+//!                           │                        ▲
+//!                           └── spread peers: a job ─┘ on a pool worker of the peer's node;
+//!                               other peers: here, on the dispatching thread (inline)
 //! ```
 //!
-//! The protocol core's lock is taken once per batch, for lookups before the crypto and for the
-//! in-order bookkeeping after it (replay window, timers, roaming), never during the crypto.
+//! Whoever finishes a lane's head delivers it (pool, inline, auto); in the threaded model a
+//! delivery thread per peer is rung instead. The protocol core's lock is taken once per
+//! batch, for lookups before the crypto and for the in-order bookkeeping after it (replay
+//! window, timers, roaming), never during the crypto.
 
 use super::batch::Datagram;
-use super::lane::{Finish, Lane};
+use super::lane::Finish;
+use super::model::{Model, Plan};
+use super::peers::{self, PeerPlane, Seen};
 use super::stats::{Stage, Stats, ThreadStats};
+use super::topology;
 use ordo_proto::messages::{self, Kind, DATA_HEADER_LEN};
 use ordo_proto::session::Session;
 use ordo_proto::{Accepted, DropReason, Interface, Opened, PeerId, Transmit};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Instant, SystemTime};
 
-/// Where the data plane's packets go: the kernel (TUN device and UDP sockets, see
+/// Where the data plane's packets go: the kernel (TUN queues and UDP sockets, see
 /// `kernel.rs`) or memory (`ordo bench`). Reading is the caller's: it hands batches to
-/// [`DataPlane::dispatch_inbound`] and [`DataPlane::dispatch_outbound`].
+/// [`DataPlane::dispatch_inbound`] and [`DataPlane::dispatch_outbound`]. `queue` is the
+/// writing thread's queue (its own TUN queue and sockets in the inline model).
 pub trait Io: Send + Sync + Sized + 'static {
     /// Writes the accepted inner packets of a delivery run, in order: `accepted` lists
     /// (batch, packet, length), the packet being at `DATA_HEADER_LEN..` of its buffer.
-    fn write_inner(&self, plane: &DataPlane<Self>, run: &mut [InboundBatch], accepted: &[(usize, usize, usize)]);
+    fn write_inner(
+        &self,
+        plane: &DataPlane<Self>,
+        queue: usize,
+        run: &mut [InboundBatch],
+        accepted: &[(usize, usize, usize)],
+    );
     /// Sends messages to `to`; returns how many went out.
-    fn send_outer(&self, to: SocketAddr, payloads: &[&[u8]]) -> usize;
+    fn send_outer(&self, queue: usize, to: SocketAddr, payloads: &[&[u8]]) -> usize;
 }
 
 /// Errors and figures of the I/O side, counted beside the core's drop reasons.
@@ -45,86 +57,220 @@ pub struct IoCounters {
     pub tun_coalesced_packets: AtomicU64,
 }
 
-/// The pool model's shared state: the protocol core, the peers' lanes, the counters.
+/// A data-plane thread: its counters and the queue it writes to.
+pub struct Ctx {
+    pub stats: Arc<ThreadStats>,
+    pub queue: usize,
+}
+
+/// The data plane's shared state: the protocol core, the peers, the pools, the counters.
 pub struct DataPlane<I: Io> {
     core: Mutex<Interface>,
-    lanes: Mutex<HashMap<PeerId, Arc<PeerLanes>>>,
+    peers: Mutex<HashMap<PeerId, Arc<PeerPlane>>>,
+    pub plan: Plan,
+    /// The job queue of each crypto pool (one per NUMA node), in the plan's order. Emptied
+    /// by [`DataPlane::stop`], which ends the workers.
+    pools: RwLock<Vec<crossbeam_channel::Sender<Job>>>,
+    /// Pool for the next new peer (round robin; the rebalancer corrects by load).
+    next_pool: AtomicUsize,
+    last_rebalance: Mutex<Instant>,
     pub stats: Stats,
     pub counters: IoCounters,
     pub io: I,
-    workers: usize,
 }
 
-/// Work items waiting for a worker; a full queue makes the dispatchers wait, so the kernel's
+/// Work items waiting for a pool; a full queue makes the dispatchers wait, so the kernel's
 /// socket and TUN queues absorb (and count) the excess instead of our memory. A work item is
-/// at most one receive batch (32 receives of up to 64 KB with GRO: 2 MB), so this bounds the
+/// at most one receive batch (32 receives of up to 64 KB with GRO: 2 MB), so this bounds a
 /// queue at about 128 MB in the worst case, and is still 32 batches per worker on 2 cores.
 const JOB_QUEUE: usize = 64;
 
 impl<I: Io> DataPlane<I> {
-    /// `workers`: crypto threads; 0 means one per available core.
-    pub fn new(core: Interface, io: I, workers: usize) -> Arc<Self> {
-        let workers = if workers == 0 {
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-        } else {
-            workers
-        };
+    pub fn new(mut core: Interface, io: I, plan: Plan) -> Arc<Self> {
+        if plan.model.has_queues() {
+            core.set_queues(plan.queues.len() as u32);
+        }
         Arc::new(DataPlane {
             core: Mutex::new(core),
-            lanes: Mutex::new(HashMap::new()),
+            peers: Mutex::new(HashMap::new()),
+            plan,
+            pools: RwLock::new(Vec::new()),
+            next_pool: AtomicUsize::new(0),
+            last_rebalance: Mutex::new(Instant::now()),
             stats: Stats::default(),
             counters: IoCounters::default(),
             io,
-            workers,
         })
     }
 
-    /// Starts the worker pool; returns the queue that feeds it. The workers end when every
-    /// sender is dropped.
-    pub fn start_workers(self: &Arc<Self>) -> crossbeam_channel::Sender<Job> {
-        let (tx, rx) = crossbeam_channel::bounded(JOB_QUEUE);
-        for i in 0..self.workers {
-            let (plane, rx) = (self.clone(), rx.clone());
-            std::thread::Builder::new()
-                .name(format!("ordo-worker{i}"))
-                .spawn(move || worker(plane, rx, format!("worker{i}")))
-                .expect("spawn");
+    /// Starts the crypto pools, each worker on the CPUs of its place in the plan.
+    pub fn start(self: &Arc<Self>) {
+        let mut senders = Vec::new();
+        let queues = self.plan.queues.len();
+        let mut n = 0;
+        for (node, places) in &self.plan.pools {
+            let (tx, rx) = crossbeam_channel::bounded(JOB_QUEUE);
+            for place in places {
+                let (plane, rx, cpus) = (self.clone(), rx.clone(), place.cpus.clone());
+                let name = format!("worker{n}");
+                let queue = n % queues;
+                std::thread::Builder::new()
+                    .name(format!("ordo-{name}-n{node}"))
+                    .spawn(move || {
+                        pin(&cpus);
+                        let ctx = plane.register(&name, queue);
+                        worker(plane, rx, ctx)
+                    })
+                    .expect("spawn");
+                n += 1;
+            }
+            senders.push(tx);
         }
-        tx
+        *self.pools.write().unwrap_or_else(|p| p.into_inner()) = senders;
+    }
+
+    /// Ends the workers (once their queues are drained).
+    pub fn stop(&self) {
+        self.pools.write().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Registers the calling thread's counters.
+    pub fn register(&self, name: &str, queue: usize) -> Ctx {
+        Ctx {
+            stats: self.stats.register_thread(name),
+            queue,
+        }
     }
 
     pub fn workers(&self) -> usize {
-        self.workers
+        self.plan.workers()
     }
 
     pub fn core(&self) -> MutexGuard<'_, Interface> {
         self.core.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The lanes of a peer, created on first use.
-    pub fn lanes(&self, peer: PeerId) -> Arc<PeerLanes> {
-        self.lanes
+    /// A peer's part of the data plane, created on first use.
+    pub fn peer(&self, id: PeerId) -> Arc<PeerPlane> {
+        self.peers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(peer)
-            .or_default()
+            .entry(id)
+            .or_insert_with(|| {
+                let pools = self.plan.pools.len().max(1);
+                let pool = self.next_pool.fetch_add(1, Ordering::Relaxed) % pools;
+                // Auto starts every peer on its queue; the pool models spread everything.
+                let spread = matches!(self.plan.model, Model::Pool | Model::Threaded);
+                Arc::new(PeerPlane::new(id, pool, spread))
+            })
             .clone()
     }
 
-    /// Forgets the lanes of peers the core no longer has.
+    /// Every peer's plane, by id (for `ordo show`).
+    pub fn peer_planes(&self) -> Vec<Arc<PeerPlane>> {
+        let mut v: Vec<_> = self
+            .peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by_key(|p| p.id);
+        v
+    }
+
+    /// Forgets the planes of peers the core no longer has.
     pub fn forget_removed_peers(&self, core: &Interface) {
-        self.lanes
+        self.peers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|id, _| core.peer(*id).is_some());
     }
 
     /// Sends control messages (handshakes, cookies, keepalives).
-    pub fn send_transmits(&self, transmits: Vec<Transmit>) {
+    pub fn send_transmits(&self, queue: usize, transmits: Vec<Transmit>) {
         for t in transmits {
-            if self.io.send_outer(t.to, &[&t.payload]) == 0 {
+            if self.io.send_outer(queue, t.to, &[&t.payload]) == 0 {
                 self.counters.udp_send_errors.fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// The measured crypto cost of a packet, (inbound, outbound) in ns, delivery included.
+    fn packet_cost(&self) -> (f64, f64) {
+        let per = |stages: [Stage; 2]| {
+            let (mut ns, mut packets) = (0u64, 0u64);
+            for s in stages {
+                let st = self.stats.stage(s);
+                ns += st.busy_ns.load(Ordering::Relaxed);
+                packets = packets.max(st.packets.load(Ordering::Relaxed));
+            }
+            if packets == 0 {
+                1000.0
+            } else {
+                ns as f64 / packets as f64
+            }
+        };
+        (
+            per([Stage::Decrypt, Stage::DeliverInbound]),
+            per([Stage::Encrypt, Stage::DeliverOutbound]),
+        )
+    }
+
+    /// Measures every peer's load and moves peers as [`peers::decide`] says: between queues
+    /// (through the core, which re-keys the peer onto the new queue), between pools, and in
+    /// the auto model between its queue and the pool. Called about every [`peers::INTERVAL`].
+    pub fn rebalance(&self, now: Instant, wall: SystemTime) -> Vec<Transmit> {
+        let elapsed = {
+            let mut last = self.last_rebalance.lock().unwrap_or_else(|p| p.into_inner());
+            let e = now.saturating_duration_since(*last);
+            *last = now;
+            e
+        };
+        let cost = self.packet_cost();
+        let planes = self.peer_planes();
+        let mut core = self.core();
+        let seen: Vec<Seen> = planes
+            .iter()
+            .map(|p| {
+                let load = p.measure(elapsed, cost);
+                Seen {
+                    id: p.id,
+                    queue: core.peer(p.id).map_or(0, |x| x.queue),
+                    pool: p.pool.load(Ordering::Relaxed),
+                    spread: p.spread.load(Ordering::Relaxed),
+                    cores: load.cores,
+                    dwell: load.changed.map(|t| now.saturating_duration_since(t)),
+                }
+            })
+            .collect();
+        let queues = if self.plan.model.has_queues() {
+            self.plan.queues.len() as u32
+        } else {
+            1
+        };
+        for m in peers::decide(self.plan.model, &seen, queues, self.plan.pools.len()) {
+            let id = match &m {
+                peers::Move::Spread(id, _) | peers::Move::Queue(id, _) | peers::Move::Pool(id, _) => *id,
+            };
+            if let peers::Move::Queue(_, q) = m {
+                core.set_peer_queue(id, q, now, wall);
+            }
+            if let Some(p) = planes.iter().find(|p| p.id == id) {
+                peers::apply(p, &m, now);
+            }
+        }
+        drain(&mut core)
+    }
+}
+
+fn pin(cpus: &[usize]) {
+    if !cpus.is_empty() {
+        if let Err(e) = topology::pin_current_thread(cpus) {
+            eprintln!(
+                "ordo: cannot pin a thread to CPUs {}: {e}",
+                topology::format_cpu_list(cpus)
+            );
         }
     }
 }
@@ -134,25 +280,17 @@ pub fn drain(core: &mut Interface) -> Vec<Transmit> {
     std::iter::from_fn(|| core.poll_transmit()).collect()
 }
 
-/// One peer's two lanes.
-#[derive(Default)]
-pub struct PeerLanes {
-    pub inbound: Lane<InboundBatch>,
-    pub outbound: Lane<OutboundBatch>,
-}
-
 pub struct InboundPacket {
     pub data: Vec<u8>,
     pub src: SocketAddr,
-    /// Set by the worker: the counter and plaintext length, or None if it did not open.
+    /// Set by the crypto: the counter and plaintext length, or None if it did not open.
     pub opened: Option<(u64, usize)>,
 }
 
 /// Data messages of one peer, on one session, in arrival order.
 pub struct InboundBatch {
-    pub peer: PeerId,
+    pub peer: Arc<PeerPlane>,
     pub session: Arc<Session>,
-    pub lanes: Arc<PeerLanes>,
     pub ticket: u64,
     pub packets: Vec<InboundPacket>,
 }
@@ -160,9 +298,8 @@ pub struct InboundBatch {
 /// Packets for one peer, sealed with consecutive counters from `first_counter`. Each buffer
 /// holds the packet at `DATA_HEADER_LEN..` and, once sealed, the whole message.
 pub struct OutboundBatch {
-    pub peer: PeerId,
+    pub peer: Arc<PeerPlane>,
     pub session: Arc<Session>,
-    pub lanes: Arc<PeerLanes>,
     pub ticket: u64,
     pub to: SocketAddr,
     pub mtu: usize,
@@ -170,65 +307,111 @@ pub struct OutboundBatch {
     pub packets: Vec<Vec<u8>>,
 }
 
-/// A work item: the per-peer batches of one dispatched batch. With many peers, one
-/// item per peer would cost a queue hand-off per packet; one per dispatch keeps it per batch.
+/// A work item for a pool: the per-peer batches of one dispatched batch. With many peers,
+/// one item per peer would cost a queue hand-off per packet; one per dispatch keeps it per
+/// batch.
 pub enum Job {
     Inbound(Vec<InboundBatch>),
     Outbound(Vec<OutboundBatch>),
 }
 
-/// A worker: crypto for any peer, then delivery for the lanes whose head it finished.
-fn worker<I: Io>(plane: Arc<DataPlane<I>>, jobs: crossbeam_channel::Receiver<Job>, name: String) {
-    let me = plane.stats.register_thread(&name);
+/// A pool worker: crypto for any peer of its node, then delivery of the lanes whose head
+/// it finished.
+fn worker<I: Io>(plane: Arc<DataPlane<I>>, jobs: crossbeam_channel::Receiver<Job>, ctx: Ctx) {
     for job in jobs {
         match job {
-            Job::Inbound(batches) => {
-                for mut b in batches {
-                    let start = Instant::now();
-                    for p in &mut b.packets {
-                        p.opened = b.session.open_in_place(&mut p.data).ok();
-                    }
-                    plane.stats.record(Stage::Decrypt, &me, b.packets.len(), start);
-                    let (lanes, ticket) = (b.lanes.clone(), b.ticket);
-                    if let Finish::Deliver(run) = lanes.inbound.finish(ticket, b) {
-                        deliver_inbound(&plane, &lanes, run, &me);
-                    }
-                }
-            }
-            Job::Outbound(batches) => {
-                for mut b in batches {
-                    let start = Instant::now();
-                    for (i, buf) in b.packets.iter_mut().enumerate() {
-                        let len = buf.len() - DATA_HEADER_LEN;
-                        let padded = ordo_proto::interface::padded_len(len, b.mtu);
-                        buf.resize(DATA_HEADER_LEN + padded + ordo_proto::crypto::TAG_LEN, 0);
-                        b.session.seal_at(b.first_counter + i as u64, padded, buf);
-                    }
-                    plane.stats.record(Stage::Encrypt, &me, b.packets.len(), start);
-                    let (lanes, ticket) = (b.lanes.clone(), b.ticket);
-                    if let Finish::Deliver(run) = lanes.outbound.finish(ticket, b) {
-                        deliver_outbound(&plane, &lanes, run, &me);
-                    }
-                }
-            }
+            Job::Inbound(batches) => batches.into_iter().for_each(|b| plane.open(b, &ctx)),
+            Job::Outbound(batches) => batches.into_iter().for_each(|b| plane.seal(b, &ctx)),
         }
     }
 }
 
-/// In order: the core accepts each opened message (replay window, timers, roaming, allowed
-/// IPs), then the inner packets are written.
-fn deliver_inbound<I: Io>(plane: &DataPlane<I>, lanes: &PeerLanes, mut run: Vec<InboundBatch>, me: &ThreadStats) {
-    let st = plane.stats.stage(Stage::DeliverInbound);
-    loop {
+impl<I: Io> DataPlane<I> {
+    /// Decrypts a batch, then hands it to its lane.
+    fn open(self: &Arc<Self>, mut b: InboundBatch, ctx: &Ctx) {
         let start = Instant::now();
+        for p in &mut b.packets {
+            p.opened = b.session.open_in_place(&mut p.data).ok();
+        }
+        self.stats.record(Stage::Decrypt, &ctx.stats, b.packets.len(), start);
+        let (peer, ticket) = (b.peer.clone(), b.ticket);
+        if self.plan.model == Model::Threaded {
+            peer.inbound.file(ticket, b);
+            self.ring(&peer);
+        } else if let Finish::Deliver(mut run) = peer.inbound.finish(ticket, b) {
+            loop {
+                self.deliver_inbound(&mut run, ctx);
+                match peer.inbound.continue_delivery() {
+                    Some(r) => run = r,
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// Encrypts a batch with its reserved counters, then hands it to its lane.
+    fn seal(self: &Arc<Self>, mut b: OutboundBatch, ctx: &Ctx) {
+        let start = Instant::now();
+        for (i, buf) in b.packets.iter_mut().enumerate() {
+            let len = buf.len() - DATA_HEADER_LEN;
+            let padded = ordo_proto::interface::padded_len(len, b.mtu);
+            buf.resize(DATA_HEADER_LEN + padded + ordo_proto::crypto::TAG_LEN, 0);
+            b.session.seal_at(b.first_counter + i as u64, padded, buf);
+        }
+        self.stats.record(Stage::Encrypt, &ctx.stats, b.packets.len(), start);
+        let (peer, ticket) = (b.peer.clone(), b.ticket);
+        if self.plan.model == Model::Threaded {
+            peer.outbound.file(ticket, b);
+            self.ring(&peer);
+        } else if let Finish::Deliver(mut run) = peer.outbound.finish(ticket, b) {
+            loop {
+                self.deliver_outbound(&run, ctx);
+                match peer.outbound.continue_delivery() {
+                    Some(r) => run = r,
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// Threaded model: wakes the peer's delivery thread, starting it on first use. Like
+    /// `napi_schedule`, ringing an already rung bell does nothing more.
+    fn ring(self: &Arc<Self>, peer: &Arc<PeerPlane>) {
+        let bell = peer.doorbell.get_or_init(|| {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            let (plane, weak) = (self.clone(), Arc::downgrade(peer));
+            let name = format!("deliver{}", peer.id.0);
+            std::thread::Builder::new()
+                .name(format!("ordo-{name}"))
+                .stack_size(256 << 10)
+                .spawn(move || {
+                    let ctx = plane.register(&name, 0);
+                    if plane.plan.delivery_fifo {
+                        set_fifo_priority();
+                    }
+                    delivery_thread(plane, weak, rx, ctx)
+                })
+                .expect("spawn");
+            tx
+        });
+        let _ = bell.try_send(());
+    }
+
+    /// In order: the core accepts each opened message (replay window, timers, roaming,
+    /// allowed IPs), then the inner packets are written.
+    fn deliver_inbound(&self, run: &mut [InboundBatch], ctx: &Ctx) {
+        let start = Instant::now();
+        let st = self.stats.stage(Stage::DeliverInbound);
         st.wakeups.fetch_add(1, Ordering::Relaxed);
         if run.is_empty() {
+            // Cannot happen by construction (see lane.rs); counted if it ever does.
             st.wasted_wakeups.fetch_add(1, Ordering::Relaxed);
+            return;
         }
         let mut accepted: Vec<(usize, usize, usize)> = Vec::new();
         let transmits = {
             let (now, wall) = (Instant::now(), SystemTime::now());
-            let mut core = plane.core();
+            let mut core = self.core();
             for (bi, b) in run.iter().enumerate() {
                 for (pi, p) in b.packets.iter().enumerate() {
                     let Some((counter, len)) = p.opened else {
@@ -240,7 +423,7 @@ fn deliver_inbound<I: Io>(plane: &DataPlane<I>, lanes: &PeerLanes, mut run: Vec<
                         now,
                         wall,
                         &Opened {
-                            peer: b.peer,
+                            peer: b.peer.id,
                             session: &b.session,
                             counter,
                             src: p.src,
@@ -254,32 +437,29 @@ fn deliver_inbound<I: Io>(plane: &DataPlane<I>, lanes: &PeerLanes, mut run: Vec<
             }
             drain(&mut core)
         };
-        plane.io.write_inner(plane, &mut run, &accepted);
-        plane.send_transmits(transmits);
-        plane.stats.record(Stage::DeliverInbound, me, accepted.len(), start);
-        match lanes.inbound.continue_delivery() {
-            Some(r) => run = r,
-            None => return,
-        }
+        self.io.write_inner(self, ctx.queue, run, &accepted);
+        self.send_transmits(ctx.queue, transmits);
+        self.stats
+            .record(Stage::DeliverInbound, &ctx.stats, accepted.len(), start);
     }
-}
 
-/// In order: the sealed messages go out, then the core learns what was sent (timers, rekey).
-fn deliver_outbound<I: Io>(plane: &DataPlane<I>, lanes: &PeerLanes, mut run: Vec<OutboundBatch>, me: &ThreadStats) {
-    let st = plane.stats.stage(Stage::DeliverOutbound);
-    loop {
+    /// In order: the sealed messages go out, then the core learns what was sent (timers,
+    /// rekey).
+    fn deliver_outbound(&self, run: &[OutboundBatch], ctx: &Ctx) {
         let start = Instant::now();
+        let st = self.stats.stage(Stage::DeliverOutbound);
         st.wakeups.fetch_add(1, Ordering::Relaxed);
         if run.is_empty() {
+            // Cannot happen by construction (see lane.rs); counted if it ever does.
             st.wasted_wakeups.fetch_add(1, Ordering::Relaxed);
+            return;
         }
         let mut sent_packets = 0;
-        for b in &run {
+        for b in run {
             let payloads: Vec<&[u8]> = b.packets.iter().map(Vec::as_slice).collect();
-            let sent = plane.io.send_outer(b.to, &payloads);
+            let sent = self.io.send_outer(ctx.queue, b.to, &payloads);
             if sent < payloads.len() {
-                plane
-                    .counters
+                self.counters
                     .udp_send_errors
                     .fetch_add((payloads.len() - sent) as u64, Ordering::Relaxed);
             }
@@ -287,19 +467,96 @@ fn deliver_outbound<I: Io>(plane: &DataPlane<I>, lanes: &PeerLanes, mut run: Vec
         }
         let transmits = {
             let (now, wall) = (Instant::now(), SystemTime::now());
-            let mut core = plane.core();
-            for b in &run {
+            let mut core = self.core();
+            for b in run {
                 let bytes: usize = b.packets.iter().map(Vec::len).sum();
-                core.after_send(now, wall, b.peer, &b.session, bytes as u64, b.packets.len() as u64);
+                core.after_send(now, wall, b.peer.id, &b.session, bytes as u64, b.packets.len() as u64);
             }
             drain(&mut core)
         };
-        plane.send_transmits(transmits);
-        plane.stats.record(Stage::DeliverOutbound, me, sent_packets, start);
-        match lanes.outbound.continue_delivery() {
-            Some(r) => run = r,
-            None => return,
+        self.send_transmits(ctx.queue, transmits);
+        self.stats
+            .record(Stage::DeliverOutbound, &ctx.stats, sent_packets, start);
+    }
+
+    /// Sends spread batches to their pools and runs the others here, in that order so the
+    /// pools start first. Returns false once the pools are gone.
+    fn execute<B>(
+        self: &Arc<Self>,
+        batches: Vec<B>,
+        ctx: &Ctx,
+        peer_of: impl Fn(&B) -> &Arc<PeerPlane>,
+        job: impl Fn(Vec<B>) -> Job,
+        here: impl Fn(&Arc<Self>, B, &Ctx),
+    ) -> bool {
+        let mut local = Vec::new();
+        let mut jobs: Vec<Vec<B>> = Vec::new();
+        for b in batches {
+            let p = peer_of(&b);
+            if p.spread.load(Ordering::Relaxed) {
+                let pool = p.pool.load(Ordering::Relaxed);
+                if jobs.len() <= pool {
+                    jobs.resize_with(pool + 1, Vec::new);
+                }
+                jobs[pool].push(b);
+            } else {
+                local.push(b);
+            }
         }
+        if jobs.iter().any(|j| !j.is_empty()) {
+            let pools = self.pools.read().unwrap_or_else(|p| p.into_inner()).clone();
+            for (i, batches) in jobs.into_iter().enumerate().filter(|(_, j)| !j.is_empty()) {
+                match pools.get(i).or(pools.first()) {
+                    Some(tx) if tx.send(job(batches)).is_ok() => {}
+                    _ => return false,
+                }
+            }
+        }
+        for b in local {
+            here(self, b, ctx);
+        }
+        true
+    }
+}
+
+/// Threaded model: one peer's delivery, woken on every finished batch whether or not it is
+/// the head. A wake-up that finds the head still in crypto is wasted: counted, as the
+/// measure of execution order inversion this model can suffer.
+fn delivery_thread<I: Io>(
+    plane: Arc<DataPlane<I>>,
+    peer: Weak<PeerPlane>,
+    bell: crossbeam_channel::Receiver<()>,
+    ctx: Ctx,
+) {
+    for () in bell {
+        let Some(peer) = peer.upgrade() else { return };
+        let mut inbound = peer.inbound.take_ready();
+        let outbound = peer.outbound.take_ready();
+        if inbound.is_empty() && outbound.is_empty() {
+            let st = plane.stats.stage(Stage::DeliverInbound);
+            st.wakeups.fetch_add(1, Ordering::Relaxed);
+            st.wasted_wakeups.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        if !inbound.is_empty() {
+            plane.deliver_inbound(&mut inbound, &ctx);
+        }
+        if !outbound.is_empty() {
+            plane.deliver_outbound(&outbound, &ctx);
+        }
+    }
+}
+
+/// Lab scenario 3 (issue 4): the delivery thread above the workers, as kernel WireGuard's
+/// softirq is. Needs CAP_SYS_NICE; without it the thread stays at normal priority.
+fn set_fifo_priority() {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: a valid sched_param for the calling thread (pid 0).
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        eprintln!(
+            "ordo: cannot run delivery at SCHED_FIFO: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
@@ -318,13 +575,7 @@ impl<I: Io> DataPlane<I> {
     /// The receive stage's work for one batch of datagrams (sources already canonical):
     /// data messages become per-peer work items; the rare handshake messages, and anything
     /// malformed, are handled here under the core's lock. Returns false once the pool is gone.
-    pub fn dispatch_inbound(
-        &self,
-        datagrams: &mut Vec<Datagram>,
-        truncated: usize,
-        jobs: &crossbeam_channel::Sender<Job>,
-        me: &ThreadStats,
-    ) -> bool {
+    pub fn dispatch_inbound(self: &Arc<Self>, datagrams: &mut Vec<Datagram>, truncated: usize, ctx: &Ctx) -> bool {
         let start = Instant::now();
         let count = datagrams.len();
         let mut groups: Groups<InboundPacket> = Vec::new();
@@ -365,7 +616,7 @@ impl<I: Io> DataPlane<I> {
             }
             drain(&mut core)
         };
-        self.send_transmits(transmits);
+        self.send_transmits(ctx.queue, transmits);
         let mut batches = Vec::with_capacity(groups.len());
         for ((peer, receiver), packets) in groups {
             let session = sessions
@@ -374,32 +625,30 @@ impl<I: Io> DataPlane<I> {
                 .expect("looked up")
                 .1
                 .clone();
-            let lanes = self.lanes(peer);
-            let ticket = lanes.inbound.ticket();
+            let peer = self.peer(peer);
+            peer.rx_packets.fetch_add(packets.len() as u64, Ordering::Relaxed);
+            let ticket = peer.inbound.ticket();
             batches.push(InboundBatch {
                 peer,
                 session,
-                lanes,
                 ticket,
                 packets,
             });
         }
-        if !batches.is_empty() && jobs.send(Job::Inbound(batches)).is_err() {
-            return false;
-        }
-        self.stats.record(Stage::Receive, me, count, start);
-        true
+        self.stats.record(Stage::Receive, &ctx.stats, count, start);
+        self.execute(
+            batches,
+            ctx,
+            |b| &b.peer,
+            Job::Inbound,
+            |plane, b, ctx| plane.open(b, ctx),
+        )
     }
 
     /// The read stage's work for one batch of inner packets (each at `DATA_HEADER_LEN..` of
     /// its buffer): routed, nonces reserved, per-peer work items; packets for peers without a
     /// session wait in the core for a handshake. Returns false once the pool is gone.
-    pub fn dispatch_outbound(
-        &self,
-        packets: &mut Vec<Vec<u8>>,
-        jobs: &crossbeam_channel::Sender<Job>,
-        me: &ThreadStats,
-    ) -> bool {
+    pub fn dispatch_outbound(self: &Arc<Self>, packets: &mut Vec<Vec<u8>>, ctx: &Ctx) -> bool {
         let start = Instant::now();
         let count = packets.len();
         let mut groups: Groups<Vec<u8>> = Vec::new();
@@ -434,7 +683,7 @@ impl<I: Io> DataPlane<I> {
             }
             (core.mtu(), drain(&mut core))
         };
-        self.send_transmits(transmits);
+        self.send_transmits(ctx.queue, transmits);
         let mut batches = Vec::with_capacity(groups.len());
         for ((peer, _), packets) in groups {
             let (_, session, to) = targets.iter().find(|t| t.0 == peer).expect("looked up").clone();
@@ -447,12 +696,12 @@ impl<I: Io> DataPlane<I> {
                 }
                 continue;
             };
-            let lanes = self.lanes(peer);
-            let ticket = lanes.outbound.ticket();
+            let peer = self.peer(peer);
+            peer.tx_packets.fetch_add(packets.len() as u64, Ordering::Relaxed);
+            let ticket = peer.outbound.ticket();
             batches.push(OutboundBatch {
                 peer,
                 session,
-                lanes,
                 ticket,
                 to,
                 mtu,
@@ -460,10 +709,13 @@ impl<I: Io> DataPlane<I> {
                 packets,
             });
         }
-        if !batches.is_empty() && jobs.send(Job::Outbound(batches)).is_err() {
-            return false;
-        }
-        self.stats.record(Stage::Read, me, count, start);
-        true
+        self.stats.record(Stage::Read, &ctx.stats, count, start);
+        self.execute(
+            batches,
+            ctx,
+            |b| &b.peer,
+            Job::Outbound,
+            |plane, b, ctx| plane.seal(b, ctx),
+        )
     }
 }

@@ -56,9 +56,28 @@ pub struct Tun {
     tso: bool,
 }
 
+impl std::os::fd::AsRawFd for Tun {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
 impl Tun {
     /// Creates (or attaches to) the TUN interface `name`, without packet information headers.
     pub fn create(name: &str) -> io::Result<Tun> {
+        Tun::open(name, false)
+    }
+
+    /// Creates the TUN interface `name` with `queues` queues (IFF_MULTI_QUEUE when more than
+    /// one): each is a descriptor of its own, for one thread. The kernel writes a flow's
+    /// packets to the queue that last wrote that flow's packets (TUN's automatic queue
+    /// selection), so replies tend to come back to the queue that delivered.
+    pub fn create_queues(name: &str, queues: usize) -> io::Result<Vec<Tun>> {
+        let multi = queues > 1;
+        (0..queues.max(1)).map(|_| Tun::open(name, multi)).collect()
+    }
+
+    fn open(name: &str, multi_queue: bool) -> io::Result<Tun> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -66,6 +85,9 @@ impl Tun {
             .open("/dev/net/tun")?;
         let mut req = IfReq::new(name)?;
         req.value = (IFF_TUN | IFF_NO_PI | IFF_VNET_HDR) as libc::c_int;
+        if multi_queue {
+            req.value |= libc::IFF_MULTI_QUEUE;
+        }
         // SAFETY: TUNSETIFF reads and writes one `struct ifreq`; IfReq has its layout
         // (16-byte name, then a 24-byte union) and lives for the call.
         let rc = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF, &mut req as *mut IfReq) };
@@ -101,6 +123,19 @@ impl Tun {
         max: usize,
         headroom: usize,
     ) -> io::Result<()> {
+        self.read_batch_waiting(scratch, out, max, headroom, true)
+    }
+
+    /// As [`Tun::read_batch`]; with `wait` false, returns at once when nothing is queued
+    /// (for a thread that polls the descriptor itself).
+    pub fn read_batch_waiting(
+        &self,
+        scratch: &mut [u8],
+        out: &mut Vec<Vec<u8>>,
+        max: usize,
+        headroom: usize,
+        wait: bool,
+    ) -> io::Result<()> {
         while out.len() < max {
             match self.read(scratch) {
                 Ok(n) => {
@@ -128,7 +163,7 @@ impl Tun {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if !out.is_empty() {
+                    if !out.is_empty() || !wait {
                         return Ok(());
                     }
                     let mut pfd = libc::pollfd {

@@ -19,10 +19,14 @@ pub struct Sockets {
     pub gro: bool,
 }
 
-fn open(domain: Domain, addr: SocketAddr, fwmark: u32) -> io::Result<UdpSocket> {
+/// Opens and binds one socket; `reuse`: it joins a SO_REUSEPORT group (one socket per queue).
+fn open(domain: Domain, addr: SocketAddr, fwmark: u32, reuse: bool) -> io::Result<UdpSocket> {
     let s = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
     if domain == Domain::IPV6 {
         s.set_only_v6(true)?;
+    }
+    if reuse {
+        s.set_reuse_port(true)?;
     }
     // Larger buffers absorb bursts. The FORCE variants pass net.core.[rw]mem_max (they need
     // CAP_NET_ADMIN, which the daemon keeps); without it, the capped request still helps.
@@ -57,18 +61,45 @@ impl Sockets {
 
     /// Binds both families on `port` (0: any free port, the same for both).
     pub fn bind(port: u16, fwmark: u32) -> io::Result<Sockets> {
+        Ok(Sockets::bind_queues(port, fwmark, 1)?.remove(0))
+    }
+
+    /// Binds `queues` socket pairs on one port (0: any free port, the same for all). With
+    /// more than one, they form SO_REUSEPORT groups whose datagrams are steered to the
+    /// queue that our receiver index names (steer.rs).
+    pub fn bind_queues(port: u16, fwmark: u32, queues: usize) -> io::Result<Vec<Sockets>> {
+        let queues = queues.max(1);
+        let reuse = queues > 1;
         let mut last_err = None;
-        for _ in 0..16 {
-            let v4 = open(Domain::IPV4, (Ipv4Addr::UNSPECIFIED, port).into(), fwmark)?;
-            let bound = v4.local_addr()?.port();
-            match open(Domain::IPV6, (Ipv6Addr::UNSPECIFIED, bound).into(), fwmark) {
-                Ok(v6) => return Ok(Sockets::new(v4, Some(v6), bound)),
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse && port == 0 => last_err = Some(e),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL)) => {
-                    return Ok(Sockets::new(v4, None, bound));
-                }
-                Err(e) => return Err(e),
+        'attempt: for _ in 0..16 {
+            let first = open(Domain::IPV4, (Ipv4Addr::UNSPECIFIED, port).into(), fwmark, reuse)?;
+            let bound = first.local_addr()?.port();
+            let mut v4 = vec![first];
+            for _ in 1..queues {
+                v4.push(open(Domain::IPV4, (Ipv4Addr::UNSPECIFIED, bound).into(), fwmark, true)?);
             }
+            let mut v6 = Vec::new();
+            for _ in 0..queues {
+                match open(Domain::IPV6, (Ipv6Addr::UNSPECIFIED, bound).into(), fwmark, reuse) {
+                    Ok(s) => v6.push(s),
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse && port == 0 && v6.is_empty() => {
+                        last_err = Some(e);
+                        continue 'attempt;
+                    }
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL)) => {
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if reuse {
+                super::steer::attach(&v4[0], queues as u32)?;
+                if let Some(s) = v6.first() {
+                    super::steer::attach(s, queues as u32)?;
+                }
+            }
+            let mut v6 = v6.into_iter();
+            return Ok(v4.into_iter().map(|s4| Sockets::new(s4, v6.next(), bound)).collect());
         }
         Err(last_err.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrInUse)))
     }

@@ -204,7 +204,8 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
         c.push((name.to_string(), value));
     }
     c.push(("workers".to_string(), device.workers() as u64));
-    let sockets = device.sockets();
+    c.push(("queues".to_string(), device.sockets().len() as u64));
+    let sockets = &device.sockets()[0];
     c.push(("udp_gso".to_string(), sockets.gso.load(Ordering::Relaxed) as u64));
     c.push(("udp_gro".to_string(), sockets.gro as u64));
     c.push(("tun_tso".to_string(), device.tun().has_tso() as u64));

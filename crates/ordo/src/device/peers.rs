@@ -1,0 +1,273 @@
+//! Each peer's part of the data plane: its two lanes, where its work runs, and its measured
+//! load; and the load-aware decisions that move peers between queues, pools and regimes.
+//!
+//! Where a peer runs:
+//! - its **queue** (inline, auto): the protocol core's `Peer::queue`, which our receiver
+//!   indices encode so that the kernel steers the peer's datagrams to that queue's socket;
+//! - its **pool** (pool, threaded, auto): the NUMA node whose workers do its crypto;
+//! - **spread** or not (auto): whether its crypto goes to the pool or stays on its queue.
+//!
+//! The decisions are made from each peer's load, in cores: its packets in the last interval
+//! times the measured cost of a packet in each direction. They move at most one peer per
+//! interval and need a clear imbalance, so that noise does not make peers flap.
+
+use super::lane::Lane;
+use super::model::Model;
+use super::pipeline::{InboundBatch, OutboundBatch};
+use ordo_proto::PeerId;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Auto model: a peer above this load (cores of crypto) has its crypto spread over the pool.
+pub const SPREAD_ABOVE: f64 = 0.5;
+/// ... and comes back to its queue below this one, after [`MIN_DWELL`] in the pool.
+pub const INLINE_BELOW: f64 = 0.2;
+pub const MIN_DWELL: Duration = Duration::from_secs(5);
+/// A queue (or pool) this much busier than the least busy one, in cores, gives up a peer.
+pub const IMBALANCE: f64 = 0.2;
+/// How often loads are measured and decisions made.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+
+pub struct PeerPlane {
+    pub id: PeerId,
+    pub inbound: Lane<InboundBatch>,
+    pub outbound: Lane<OutboundBatch>,
+    /// Index of the pool (in the plan's order) that does this peer's crypto.
+    pub pool: AtomicUsize,
+    /// The crypto goes to the pool rather than staying on the receiving queue.
+    pub spread: AtomicBool,
+    /// Data packets dispatched for the peer, each way.
+    pub rx_packets: AtomicU64,
+    pub tx_packets: AtomicU64,
+    pub(crate) load: Mutex<Load>,
+    /// Threaded model: rings the peer's delivery thread.
+    pub(crate) doorbell: OnceLock<crossbeam_channel::Sender<()>>,
+}
+
+#[derive(Default, Clone, Copy)]
+pub struct Load {
+    last_rx: u64,
+    last_tx: u64,
+    /// Packets per second, both ways, over the last interval.
+    pub pps: f64,
+    /// Cores of crypto the peer needed over the last interval.
+    pub cores: f64,
+    /// When `spread` last changed.
+    pub changed: Option<Instant>,
+}
+
+impl PeerPlane {
+    pub fn new(id: PeerId, pool: usize, spread: bool) -> PeerPlane {
+        PeerPlane {
+            id,
+            inbound: Lane::default(),
+            outbound: Lane::default(),
+            pool: AtomicUsize::new(pool),
+            spread: AtomicBool::new(spread),
+            rx_packets: AtomicU64::new(0),
+            tx_packets: AtomicU64::new(0),
+            load: Mutex::new(Load::default()),
+            doorbell: OnceLock::new(),
+        }
+    }
+
+    pub fn load(&self) -> Load {
+        *self.load.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Measures the last interval: `cost` is the (decrypt, encrypt) cost of a packet in ns.
+    pub fn measure(&self, elapsed: Duration, cost: (f64, f64)) -> Load {
+        let (rx, tx) = (
+            self.rx_packets.load(Ordering::Relaxed),
+            self.tx_packets.load(Ordering::Relaxed),
+        );
+        let mut l = self.load.lock().unwrap_or_else(|p| p.into_inner());
+        let secs = elapsed.as_secs_f64().max(1e-3);
+        let (drx, dtx) = ((rx - l.last_rx) as f64, (tx - l.last_tx) as f64);
+        l.pps = (drx + dtx) / secs;
+        l.cores = (drx * cost.0 + dtx * cost.1) / 1e9 / secs;
+        (l.last_rx, l.last_tx) = (rx, tx);
+        *l
+    }
+
+    fn set_spread(&self, spread: bool, now: Instant) {
+        self.spread.store(spread, Ordering::Relaxed);
+        self.load.lock().unwrap_or_else(|p| p.into_inner()).changed = Some(now);
+    }
+}
+
+/// A peer as the decisions see it.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub id: PeerId,
+    pub queue: u32,
+    pub pool: usize,
+    pub spread: bool,
+    pub cores: f64,
+    /// Time since `spread` last changed (None: never).
+    pub dwell: Option<Duration>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Move {
+    /// Auto: the peer's crypto goes to the pool (true) or back to its queue (false).
+    Spread(PeerId, bool),
+    Queue(PeerId, u32),
+    Pool(PeerId, usize),
+}
+
+/// What to change, given every peer's load. At most one queue move and one pool move per
+/// call, each only when it narrows a clear imbalance.
+pub fn decide(model: Model, peers: &[Seen], queues: u32, pools: usize) -> Vec<Move> {
+    let mut moves = Vec::new();
+    let mut spread: Vec<bool> = peers.iter().map(|p| p.spread).collect();
+    if model == Model::Auto {
+        for (i, p) in peers.iter().enumerate() {
+            let settled = p.dwell.is_none_or(|d| d >= MIN_DWELL);
+            if !p.spread && p.cores > SPREAD_ABOVE {
+                moves.push(Move::Spread(p.id, true));
+                spread[i] = true;
+            } else if p.spread && p.cores < INLINE_BELOW && settled {
+                moves.push(Move::Spread(p.id, false));
+                spread[i] = false;
+            }
+        }
+    }
+    if model.has_queues() {
+        let on_queue = |i: usize| !spread[i];
+        if let Some((id, to)) = rebalance(peers, queues as usize, |p| p.queue as usize, on_queue) {
+            moves.push(Move::Queue(id, to as u32));
+        }
+    }
+    if model.has_pool() {
+        let in_pool = |i: usize| spread[i];
+        if let Some((id, to)) = rebalance(peers, pools, |p| p.pool, in_pool) {
+            moves.push(Move::Pool(id, to));
+        }
+    }
+    moves
+}
+
+/// One move from the busiest to the least busy bin, of the peer that leaves the two closest
+/// (the heavier one on a tie); None if the bins are within [`IMBALANCE`].
+fn rebalance(
+    peers: &[Seen],
+    bins: usize,
+    bin_of: impl Fn(&Seen) -> usize,
+    counts: impl Fn(usize) -> bool,
+) -> Option<(PeerId, usize)> {
+    if bins < 2 {
+        return None;
+    }
+    let mut load = vec![0.0f64; bins];
+    for (i, p) in peers.iter().enumerate() {
+        if counts(i) {
+            load[bin_of(p) % bins] += p.cores;
+        }
+    }
+    let by = |a: &(usize, &f64), b: &(usize, &f64)| a.1.total_cmp(b.1);
+    let (hi, &hi_load) = load.iter().enumerate().max_by(by)?;
+    let (lo, &lo_load) = load.iter().enumerate().min_by(by)?;
+    let gap = hi_load - lo_load;
+    if gap <= IMBALANCE {
+        return None;
+    }
+    peers
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| counts(*i) && bin_of(p) % bins == hi && p.cores > 0.0 && p.cores < gap)
+        .min_by(|a, b| {
+            let after = |p: &Seen| (gap - 2.0 * p.cores).abs();
+            after(a.1).total_cmp(&after(b.1)).then(b.1.cores.total_cmp(&a.1.cores))
+        })
+        .map(|(_, p)| (p.id, lo))
+}
+
+/// Applies a decision to the peer's plane (the queue moves go through the core, which owns
+/// the receiver indices; see the caller).
+pub fn apply(peer: &PeerPlane, m: &Move, now: Instant) {
+    match m {
+        Move::Spread(_, s) => peer.set_spread(*s, now),
+        Move::Pool(_, p) => peer.pool.store(*p, Ordering::Relaxed),
+        Move::Queue(..) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(id: u64, queue: u32, cores: f64, spread: bool) -> Seen {
+        Seen {
+            id: PeerId(id),
+            queue,
+            pool: 0,
+            spread,
+            cores,
+            dwell: None,
+        }
+    }
+
+    #[test]
+    fn auto_spreads_a_heavy_peer_and_brings_it_back_with_hysteresis() {
+        let heavy = seen(1, 0, 0.9, false);
+        assert_eq!(decide(Model::Auto, &[heavy], 2, 1), vec![Move::Spread(PeerId(1), true)]);
+        // Between the thresholds nothing changes, either way.
+        assert!(decide(Model::Auto, &[seen(1, 0, 0.3, true)], 1, 1).is_empty());
+        assert!(decide(Model::Auto, &[seen(1, 0, 0.3, false)], 1, 1).is_empty());
+        // Light again, but only just spread: it stays until MIN_DWELL has passed.
+        let mut light = seen(1, 0, 0.05, true);
+        light.dwell = Some(Duration::from_secs(1));
+        assert!(decide(Model::Auto, std::slice::from_ref(&light), 1, 1).is_empty());
+        light.dwell = Some(MIN_DWELL);
+        assert_eq!(
+            decide(Model::Auto, &[light], 1, 1),
+            vec![Move::Spread(PeerId(1), false)]
+        );
+        // The other models never change the regime.
+        assert!(decide(Model::Inline, &[seen(1, 0, 0.9, false)], 1, 1).is_empty());
+    }
+
+    #[test]
+    fn queues_are_balanced_by_load_not_count() {
+        // Queue 0 carries 0.7 cores in three peers, queue 1 carries 0.1: moving 0.4 or 0.2
+        // leaves the queues 0.2 apart; the heavier moves.
+        let peers = [
+            seen(1, 0, 0.4, false),
+            seen(2, 0, 0.2, false),
+            seen(3, 0, 0.1, false),
+            seen(4, 1, 0.1, false),
+        ];
+        assert_eq!(decide(Model::Inline, &peers, 2, 0), vec![Move::Queue(PeerId(1), 1)]);
+        // Within the tolerance: no move.
+        let peers = [seen(1, 0, 0.25, false), seen(2, 1, 0.1, false)];
+        assert!(decide(Model::Inline, &peers, 2, 0).is_empty());
+        // One peer heavier than the gap cannot help by moving: it stays.
+        let peers = [seen(1, 0, 0.9, false)];
+        assert!(decide(Model::Inline, &peers, 2, 0).is_empty());
+    }
+
+    #[test]
+    fn pools_are_balanced_among_spread_peers_only() {
+        let mut a = seen(1, 0, 0.8, true);
+        let mut b = seen(2, 0, 0.5, true);
+        let c = seen(3, 1, 3.0, false); // on a queue: not the pools' load
+        a.pool = 0;
+        b.pool = 0;
+        assert_eq!(decide(Model::Pool, &[a, b, c], 1, 2), vec![Move::Pool(PeerId(1), 1)]);
+    }
+
+    #[test]
+    fn load_is_measured_in_cores() {
+        let p = PeerPlane::new(PeerId(1), 0, false);
+        p.rx_packets.store(100_000, Ordering::Relaxed);
+        p.tx_packets.store(50_000, Ordering::Relaxed);
+        // 100k packets at 2 us and 50k at 4 us in one second: 0.4 cores.
+        let l = p.measure(Duration::from_secs(1), (2000.0, 4000.0));
+        assert!((l.cores - 0.4).abs() < 1e-9, "{}", l.cores);
+        assert!((l.pps - 150_000.0).abs() < 1e-6);
+        let l = p.measure(Duration::from_secs(1), (2000.0, 4000.0));
+        assert_eq!(l.cores, 0.0, "nothing new in the second interval");
+    }
+}
