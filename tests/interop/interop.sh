@@ -361,16 +361,84 @@ t_privileges() {
     ping_ok "$NS_A" "$IN_B" || fail "ping"
 }
 
+# The data-plane tests run in every execution model (ORDO_MODEL reaches every Ordo started);
+# INTEROP_MODELS narrows the list.
+# ordo_show: `ordo show --json` of A's interface.
+ordo_show() { "$ORDO" show "$IF_A" --json; }
+
+# The inline model on two queues: the peer's datagrams are steered (a BPF program on the
+# SO_REUSEPORT group reads our receiver index) to the socket of the peer's queue, so that
+# queue's thread receives every data message and the other queue none.
+t_inline_steering() {
+    [[ $(nproc) -ge 2 ]] || { log "    (needs 2 CPUs: skipped)"; return 0; }
+    ORDO_MODEL=inline ORDO_CORES=0-1 tunnel ordo "$1"
+    # Peers are placed round robin: B, re-added, is the second peer and goes to queue 1,
+    # which the kernel's own hash would not pick on purpose.
+    wg set "$IF_A" peer "$PUB_B" remove
+    wg set "$IF_A" peer "$PUB_B" endpoint "$OUT_B:$PORT_B" allowed-ips "$IN_B/32,$IN6_B/128"
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    iperf3_bytes "$NS_A" "$IN_B" -R >/dev/null || fail "iperf3 B->A"
+    ordo_show | python3 -c '
+import json, sys
+s = json.load(sys.stdin)[0]
+p = s["peers"][0]["placement"]
+assert s["model"] == "inline" and p["regime"] == "inline" and p["queue"] == 1, (s["model"], p)
+got = {}
+for k, v in s["counters"].items():
+    if k.startswith("thread_queue") and k.endswith("_receive_packets"):
+        q = int(k[len("thread_queue"):].split("_")[0])
+        got[q] = got.get(q, 0) + v
+own = got.get(p["queue"], 0)
+other = sum(v for q, v in got.items() if q != p["queue"])
+print("    queue", p["queue"], "received", own, "datagrams, the other queue", other)
+# The other queue may take an initiation (it carries only the peer index), nothing more.
+assert own > 10000 and other <= 3, got
+' || fail "steering"
+}
+
+# The auto model: a peer starts inline; under a heavy flow its crypto moves to the pool
+# (shown in `ordo show`), and back once the flow stops and the hysteresis delay has passed.
+t_auto_regime() {
+    ORDO_MODEL=auto tunnel ordo "$1"
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    local regime
+    regime() { ordo_show | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["peers"][0]["placement"]["regime"])'; }
+    [[ $(regime) == inline ]] || fail "a new peer starts inline, not $(regime)"
+    ip netns exec "$NS_A" iperf3 -s -1 -p 5202 >/dev/null 2>&1 &
+    for _ in $(seq 50); do ip netns exec "$NS_A" ss -ltn | grep -q ':5202 ' && break; sleep 0.1; done
+    ip netns exec "$NS_B" iperf3 -c "$IN_A" -p 5202 -t 10 >/dev/null 2>&1 &
+    local client=$! seen=""
+    for _ in $(seq 20); do
+        sleep 0.5
+        [[ $(regime) == pool ]] && { seen=pool; break; }
+    done
+    [[ $seen == pool ]] || { ordo_show | grep -A3 placement >&2; fail "the heavy peer was not spread over the pool"; }
+    wait $client
+    seen=""
+    for _ in $(seq 30); do
+        sleep 0.5
+        [[ $(regime) == inline ]] && { seen=inline; break; }
+    done
+    [[ $seen == inline ]] || fail "the idle peer did not come back inline"
+}
+
 PEERS=(wireguard-go boringtun ordo)
-for p in "${PEERS[@]}"; do
-    run_test "ordo_initiates[$p]" t_ordo_initiates "$p"
-    run_test "peer_initiates[$p]" t_peer_initiates "$p"
-    run_test "iperf3[$p]" t_iperf3 "$p"
-    run_test "integrity[$p]" t_integrity "$p"
-    run_test "psk[$p]" t_psk "$p"
-    run_test "roaming[$p]" t_roaming "$p"
-    run_test "keepalive[$p]" t_keepalive "$p"
+read -ra MODELS <<<"${INTEROP_MODELS:-pool inline threaded auto}"
+for model in "${MODELS[@]}"; do
+    export ORDO_MODEL=$model
+    for p in "${PEERS[@]}"; do
+        run_test "ordo_initiates[$p,$model]" t_ordo_initiates "$p"
+        run_test "peer_initiates[$p,$model]" t_peer_initiates "$p"
+        run_test "iperf3[$p,$model]" t_iperf3 "$p"
+        run_test "integrity[$p,$model]" t_integrity "$p"
+        run_test "psk[$p,$model]" t_psk "$p"
+        run_test "roaming[$p,$model]" t_roaming "$p"
+        run_test "keepalive[$p,$model]" t_keepalive "$p"
+    done
 done
+unset ORDO_MODEL
+run_test "inline_steering[wireguard-go]" t_inline_steering wireguard-go
+run_test "auto_regime[wireguard-go]" t_auto_regime wireguard-go
 run_test "cookie[wireguard-go]" t_cookie wireguard-go
 run_test "bad_input" t_bad_input
 run_test "config" t_config

@@ -240,6 +240,8 @@ pub struct Interface {
     under_load_until: Option<Instant>,
     /// Receive queues that our receiver indices steer between (see steering.rs); 1: none.
     queues: u32,
+    /// New peers are placed on the queues round robin; the device moves them by load.
+    next_queue: u32,
     /// Test hook: behave as under load whatever the rate.
     pub force_under_load: bool,
     pub stats: Stats,
@@ -269,6 +271,7 @@ impl Interface {
             under_load_until: None,
             force_under_load: false,
             queues: 1,
+            next_queue: 0,
             stats: Stats::default(),
         }
     }
@@ -363,7 +366,10 @@ impl Interface {
         let id = PeerId(self.next_peer_id);
         self.next_peer_id += 1;
         let ss = self.identity.as_ref().and_then(|me| me.static_static(&key));
-        self.peers.insert(id, Peer::new(key, ss));
+        let mut peer = Peer::new(key, ss);
+        peer.queue = self.next_queue % self.queues;
+        self.next_queue = self.next_queue.wrapping_add(1);
+        self.peers.insert(id, peer);
         self.by_key.insert(key, id);
         Some(id)
     }

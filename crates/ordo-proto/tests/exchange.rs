@@ -521,4 +521,15 @@ fn receiver_indices_steer_to_the_peers_queue() {
         .collect();
     assert!(after.iter().all(|q| *q == Some(1)), "{after:?}");
     assert!(!n.a.set_peer_queue(PeerId(999), 0, n.now, n.wall()));
+
+    // New peers are spread over the queues round robin.
+    let queues: Vec<u32> = (0..6u8)
+        .map(|i| {
+            let id =
+                n.a.add_peer(PrivateKey::from_bytes([0x40 + i; 32]).public_key())
+                    .unwrap();
+            n.a.peer(id).unwrap().queue
+        })
+        .collect();
+    assert_eq!(queues, vec![1, 2, 3, 0, 1, 2], "B took queue 0 before set_queues");
 }

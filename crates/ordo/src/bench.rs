@@ -49,6 +49,8 @@ impl Io for MemIo {
 
 pub struct Options {
     pub model: Model,
+    /// The machine's topology; None: read from /sys (tests inject a fake one).
+    pub topology: Option<crate::device::topology::Topology>,
     pub peers: usize,
     /// Inner packet size in bytes (IPv4 UDP).
     pub size: usize,
@@ -82,6 +84,10 @@ pub struct Report {
     pub phases: Vec<Phase>,
     /// The data plane's own stage counters over both phases (see `ordo show`).
     pub stages: std::collections::BTreeMap<String, u64>,
+    /// Per thread: packets per stage and busy time, beside the OS's CPU time.
+    pub threads: std::collections::BTreeMap<String, u64>,
+    /// Each crypto worker's name and the CPUs it was allowed to run on.
+    pub worker_cpus: Vec<(String, String)>,
 }
 
 fn client_ip(i: usize) -> [u8; 4] {
@@ -152,6 +158,7 @@ pub fn run(o: &Options) -> Result<Report> {
     let config = PlaneConfig {
         model: o.model,
         workers: o.workers,
+        topology: o.topology.clone(),
         ..Default::default()
     };
     let plan = Plan::new(&config).map_err(anyhow::Error::msg)?;
@@ -313,11 +320,19 @@ pub fn run(o: &Options) -> Result<Report> {
     if dropped != 0 || plane.io.delivered.load(Ordering::Relaxed) != o.packets as u64 {
         bail!("bench: {dropped} packets were dropped; the figures would not be honest");
     }
-    let stages = plane
-        .stats
-        .counters()
-        .into_iter()
+    let counters = plane.stats.counters();
+    let stages = counters
+        .iter()
         .filter(|(k, _)| k.starts_with("stage_"))
+        .cloned()
+        .collect();
+    let threads = counters.into_iter().filter(|(k, _)| k.starts_with("thread_")).collect();
+    let worker_cpus = plane
+        .stats
+        .threads()
+        .iter()
+        .filter(|t| t.name.starts_with("worker"))
+        .map(|t| (t.name.clone(), thread_cpus(t.tid)))
         .collect();
     plane.stop();
     Ok(Report {
@@ -328,7 +343,20 @@ pub fn run(o: &Options) -> Result<Report> {
         dispatchers,
         phases,
         stages,
+        threads,
+        worker_cpus,
     })
+}
+
+/// The CPUs a thread of this process may run on, as the kernel lists them.
+fn thread_cpus(tid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| v.trim().to_string()))
+        })
+        .unwrap_or_default()
 }
 
 /// Runs the placement decisions while the flag is set, as the device's timer thread does.
@@ -400,6 +428,7 @@ mod tests {
         for model in Model::ALL {
             let r = run(&Options {
                 model,
+                topology: None,
                 peers: 3,
                 size: 200,
                 workers: 2,
@@ -418,10 +447,54 @@ mod tests {
         }
     }
 
+    /// NUMA (LESSONS rule 5) on a faked two-node machine: one worker per node, pinned to its
+    /// node's CPUs, and each peer's crypto done whole by the pool of one node. Three peers of
+    /// 1,000 packets each way go to nodes 0, 1, 0: the workers carry exactly 2,000 and 1,000.
+    #[test]
+    fn a_peer_stays_on_one_numa_node() {
+        let cpus = crate::device::topology::allowed_cpus();
+        if cpus.len() < 2 {
+            eprintln!("skipped: needs two CPUs");
+            return;
+        }
+        let (c0, c1) = (cpus[0], cpus[1]);
+        let dir = std::env::temp_dir().join(format!("ordo-numa-{}", std::process::id()));
+        for (n, c) in [(0, c0), (1, c1)] {
+            let d = dir.join(format!("devices/system/node/node{n}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("cpulist"), format!("{c}\n")).unwrap();
+        }
+        let topology = crate::device::topology::Topology::from_sysfs(&dir).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let r = run(&Options {
+            model: Model::Pool,
+            topology: Some(topology),
+            peers: 3,
+            size: 200,
+            workers: 0,
+            packets: 3000,
+        })
+        .unwrap();
+        let mut allowed: Vec<String> = r.worker_cpus.iter().map(|(_, c)| c.clone()).collect();
+        allowed.sort();
+        assert_eq!(allowed, vec![c0.to_string(), c1.to_string()], "{:?}", r.worker_cpus);
+        for stage in ["encrypt", "decrypt"] {
+            let mut per_worker: Vec<u64> = r
+                .threads
+                .iter()
+                .filter(|(k, _)| k.starts_with("thread_worker") && k.ends_with(&format!("_{stage}_packets")))
+                .map(|(_, v)| *v)
+                .collect();
+            per_worker.sort();
+            assert_eq!(per_worker, vec![1000, 2000], "{stage}: {:?}", r.threads);
+        }
+    }
+
     #[test]
     fn bad_options_are_refused() {
         assert!(run(&Options {
             model: Model::Pool,
+            topology: None,
             peers: 0,
             size: 200,
             workers: 1,
@@ -430,6 +503,7 @@ mod tests {
         .is_err());
         assert!(run(&Options {
             model: Model::Pool,
+            topology: None,
             peers: 1,
             size: 10,
             workers: 1,

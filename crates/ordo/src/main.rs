@@ -158,6 +158,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let r = bench::run(&bench::Options {
                 model,
+                topology: None,
                 peers,
                 size,
                 workers,

@@ -19,6 +19,45 @@ pub struct PeerShow {
     pub rx_bytes: u64,
     pub tx_bytes: u64,
     pub persistent_keepalive: u64,
+    /// Where the peer runs in Ordo's data plane.
+    pub placement: Option<Placement>,
+}
+
+/// A peer's place in the data plane (see device/peers.rs).
+#[derive(Serialize, Default, Debug, PartialEq)]
+pub struct Placement {
+    /// Its receive queue (inline, auto) and that queue's CPU(s).
+    pub queue: u64,
+    pub cpu: String,
+    /// The NUMA node of its work.
+    pub node: u64,
+    /// "inline" (crypto on its queue's core), "pool" (spread over the node's workers) or
+    /// "pool+thread" (the threaded model's delivery thread).
+    pub regime: String,
+    /// Packets per second both ways, and the cores of crypto they took, last interval.
+    pub pps: u64,
+    pub millicores: u64,
+}
+
+/// Parses `KEY,queue=Q,cpu=C,node=N,regime=R,pps=P,millicores=M`.
+fn parse_placement(v: &str) -> Option<(String, Placement)> {
+    let mut parts = v.split(',');
+    let key = parts.next()?.to_string();
+    let mut p = Placement::default();
+    for kv in parts {
+        let (k, v) = kv.split_once('=')?;
+        let n = || v.parse::<u64>().unwrap_or(0);
+        match k {
+            "queue" => p.queue = n(),
+            "cpu" => p.cpu = v.to_string(),
+            "node" => p.node = n(),
+            "regime" => p.regime = v.to_string(),
+            "pps" => p.pps = n(),
+            "millicores" => p.millicores = n(),
+            _ => {}
+        }
+    }
+    Some((key, p))
 }
 
 #[derive(Serialize, Default)]
@@ -27,6 +66,8 @@ pub struct InterfaceShow {
     pub public_key: Option<String>,
     pub listen_port: u16,
     pub fwmark: u32,
+    /// Ordo's execution model.
+    pub model: String,
     pub peers: Vec<PeerShow>,
     /// Ordo's counters: drops by reason and handshake figures.
     pub counters: BTreeMap<String, u64>,
@@ -53,6 +94,15 @@ pub fn fetch(ifname: &str) -> Result<InterfaceShow> {
                 public_key: PublicKey::from_hex(&v).map(|k| k.to_base64()).unwrap_or(v.clone()),
                 ..Default::default()
             }),
+            ("ordo_model", _) => s.model = v.clone(),
+            ("ordo_peer", _) => {
+                if let Some((hex, placement)) = parse_placement(&v) {
+                    let key = PublicKey::from_hex(&hex).map(|k| k.to_base64()).unwrap_or(hex);
+                    if let Some(p) = s.peers.iter_mut().find(|p| p.public_key == key) {
+                        p.placement = Some(placement);
+                    }
+                }
+            }
             (k, _) if k.starts_with("ordo_") => {
                 s.counters.insert(k["ordo_".len()..].to_string(), num());
             }
@@ -145,8 +195,20 @@ pub fn render(s: &InterfaceShow) -> String {
         if p.persistent_keepalive != 0 {
             let _ = writeln!(o, "  persistent keepalive: every {} seconds", p.persistent_keepalive);
         }
+        if let Some(pl) = &p.placement {
+            let _ = writeln!(
+                o,
+                "  placement: {}, queue {} on CPU {}, node {}, {} packets/s, {:.2} cores",
+                pl.regime,
+                pl.queue,
+                pl.cpu,
+                pl.node,
+                pl.pps,
+                pl.millicores as f64 / 1000.0
+            );
+        }
     }
-    let _ = writeln!(o, "\nordo:");
+    let _ = writeln!(o, "\nordo: model {}", s.model);
     for (k, v) in &s.counters {
         if !k.starts_with("drop_") {
             let _ = writeln!(o, "  {}: {v}", k.replace('_', " "));
@@ -188,6 +250,7 @@ mod tests {
             listen_port: 1,
             ..Default::default()
         };
+        s.model = "inline".into();
         s.counters.insert("drop_replay".into(), 3);
         s.counters.insert("drop_bad_mac1".into(), 0);
         s.peers.push(PeerShow {
@@ -197,8 +260,15 @@ mod tests {
             tx_bytes: 1,
             ..Default::default()
         });
+        let (_, placement) = parse_placement("00,queue=1,cpu=1,node=0,regime=inline,pps=1500,millicores=250").unwrap();
+        s.peers[0].placement = Some(placement);
         let r = render(&s);
         assert!(r.contains("drops: replay=3\n"), "{r}");
+        assert!(r.contains("ordo: model inline\n"), "{r}");
+        assert!(
+            r.contains("placement: inline, queue 1 on CPU 1, node 0, 1500 packets/s, 0.25 cores\n"),
+            "{r}"
+        );
         assert!(r.contains("transfer: 2.00 KiB received, 1 B sent"), "{r}");
     }
 }

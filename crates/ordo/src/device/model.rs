@@ -172,6 +172,7 @@ pub struct Plan {
     /// Whether the user chose the CPUs (then workers are pinned one per CPU).
     pub explicit: bool,
     pub delivery_fifo: bool,
+    pub topology: Topology,
 }
 
 impl Plan {
@@ -257,6 +258,7 @@ impl Plan {
             pools,
             explicit,
             delivery_fifo: config.delivery_fifo,
+            topology,
         })
     }
 

@@ -8,8 +8,9 @@
 //! - **spread** or not (auto): whether its crypto goes to the pool or stays on its queue.
 //!
 //! The decisions are made from each peer's load, in cores: its packets in the last interval
-//! times the measured cost of a packet in each direction. They move at most one peer per
-//! interval and need a clear imbalance, so that noise does not make peers flap.
+//! times the measured cost of a packet's whole path (receive or read, crypto, delivery).
+//! They move at most one peer per interval and need a clear imbalance, so that noise does
+//! not make peers flap.
 
 use super::lane::Lane;
 use super::model::Model;
@@ -19,10 +20,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Auto model: a peer above this load (cores of crypto) has its crypto spread over the pool.
-pub const SPREAD_ABOVE: f64 = 0.5;
+/// Auto model: a peer above this load (in cores: its packets times the measured cost of a
+/// packet's whole path) has its crypto spread over the pool. Below a whole core on purpose:
+/// the measure leaves out the kernel's share of the queue's core (softirq, copies), and a
+/// peer taking half of its queue's core already starves the queue's other peers.
+pub const SPREAD_ABOVE: f64 = 0.4;
 /// ... and comes back to its queue below this one, after [`MIN_DWELL`] in the pool.
-pub const INLINE_BELOW: f64 = 0.2;
+pub const INLINE_BELOW: f64 = 0.15;
 pub const MIN_DWELL: Duration = Duration::from_secs(5);
 /// A queue (or pool) this much busier than the least busy one, in cores, gives up a peer.
 pub const IMBALANCE: f64 = 0.2;

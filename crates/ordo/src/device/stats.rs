@@ -62,6 +62,8 @@ pub struct ThreadStats {
     /// Linux thread id, to find the OS's own figures in /proc/self/task.
     pub tid: i32,
     pub busy_ns: AtomicU64,
+    /// Packets this thread carried through each stage (indexed like [`Stage::ALL`]).
+    pub packets: [AtomicU64; 6],
 }
 
 #[derive(Default)]
@@ -83,6 +85,7 @@ impl Stats {
         st.batches.fetch_add(1, Ordering::Relaxed);
         st.busy_ns.fetch_add(ns, Ordering::Relaxed);
         thread.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        thread.packets[stage as usize].fetch_add(packets as u64, Ordering::Relaxed);
     }
 
     /// Registers the calling thread.
@@ -93,9 +96,15 @@ impl Stats {
             name: name.to_string(),
             tid,
             busy_ns: AtomicU64::new(0),
+            packets: Default::default(),
         });
         self.threads.lock().unwrap_or_else(|p| p.into_inner()).push(t.clone());
         t
+    }
+
+    /// The registered threads.
+    pub fn threads(&self) -> Vec<Arc<ThreadStats>> {
+        self.threads.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Counters by name, for `ordo show` and its JSON.
@@ -119,6 +128,12 @@ impl Stats {
         for t in self.threads.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let key = format!("thread_{}_{}", t.name, t.tid);
             c.push((format!("{key}_busy_us"), t.busy_ns.load(Ordering::Relaxed) / 1000));
+            for s in Stage::ALL {
+                let n = t.packets[s as usize].load(Ordering::Relaxed);
+                if n > 0 {
+                    c.push((format!("{key}_{}_packets", s.name()), n));
+                }
+            }
             if let Some(ticks) = os_thread_cpu_ticks(t.tid) {
                 c.push((format!("{key}_os_cpu_us"), ticks * tick_us));
             }
@@ -170,6 +185,8 @@ mod tests {
         assert_eq!(c["stage_deliver_inbound_wakeups"], 1);
         let busy = c[&format!("thread_test_{}_busy_us", t.tid)];
         assert!(busy >= 30_000);
+        assert_eq!(c[&format!("thread_test_{}_decrypt_packets", t.tid)], 32);
+        assert!(!c.contains_key(&format!("thread_test_{}_encrypt_packets", t.tid)));
         assert!(
             c.contains_key(&format!("thread_test_{}_os_cpu_us", t.tid)),
             "the OS's figure sits beside ours"

@@ -4,6 +4,7 @@
 pub mod client;
 pub mod protocol;
 
+use crate::device::model::Model;
 use crate::device::Device;
 use ordo_proto::DropReason;
 use protocol::{AllowedIpChange, DeviceView, Operation, PeerView, SetPlan, UapiError};
@@ -136,9 +137,10 @@ fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
             }
             Operation::Get => format!("{}errno=0\n\n", protocol::format_get(&view(device)).as_str()),
             Operation::OrdoGet => format!(
-                "{}{}errno=0\n\n",
+                "{}{}{}errno=0\n\n",
                 protocol::format_get(&view(device)).as_str(),
-                ordo_counter_lines(device)
+                ordo_counter_lines(device),
+                placement_lines(device)
             ),
             Operation::Set => {
                 match protocol::parse_set(lines.iter().map(String::as_str)).and_then(|p| apply(device, p)) {
@@ -211,6 +213,48 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
     c.push(("tun_tso".to_string(), device.tun().has_tso() as u64));
     c.extend(device.stats().counters());
     c
+}
+
+/// Where each peer runs, as `ordo show` prints it: the model, then one line per peer,
+/// `ordo_peer=KEY,queue=Q,cpu=C,node=N,regime=R,pps=P,millicores=M`.
+pub fn placement_lines(device: &Device) -> String {
+    use std::fmt::Write;
+    let plan = &device.plane.plan;
+    let planes = device.plane.peer_planes();
+    let core = device.core();
+    let mut s = format!("ordo_model={}\n", plan.model);
+    for (id, p) in core.peers() {
+        let plane = planes.iter().find(|x| x.id == id);
+        let spread = plane.map_or(matches!(plan.model, Model::Pool | Model::Threaded), |x| {
+            x.spread.load(Ordering::Relaxed)
+        });
+        let pool = plane.map_or(0, |x| x.pool.load(Ordering::Relaxed));
+        let load = plane.map(|x| x.load()).unwrap_or_default();
+        let (queue, cpu) = if plan.model.has_queues() {
+            let q = p.queue as usize % plan.queues.len();
+            (q, plan.queues[q].to_string())
+        } else {
+            (0, crate::device::topology::format_cpu_list(&plan.io_cpus))
+        };
+        let node = if spread {
+            plan.pools.get(pool).map_or(0, |(n, _)| *n)
+        } else {
+            plan.topology.node_of(plan.queues[queue])
+        };
+        let regime = match (plan.model, spread) {
+            (Model::Threaded, _) => "pool+thread",
+            (_, true) => "pool",
+            (_, false) => "inline",
+        };
+        let _ = writeln!(
+            s,
+            "ordo_peer={},queue={queue},cpu={cpu},node={node},regime={regime},pps={:.0},millicores={:.0}",
+            p.public_key.to_hex(),
+            load.pps,
+            load.cores * 1000.0
+        );
+    }
+    s
 }
 
 /// The counters as `ordo_NAME=VALUE` lines, which only `ordo show` asks for.
