@@ -5,6 +5,7 @@
 #   tcp4      four TCP flows A->B        udp       1392-byte datagrams A->B (4 MB iperf3 socket
 #                                                  buffers) at the highest
 #                                                  offered rate with under 1% loss
+# Ordo runs in each execution model (ordo-pool, ordo-inline, ordo-threaded, ordo-auto).
 # TCP cases run RUNS times (medians); the UDP search runs once per implementation. Each row
 # has the CPU time both daemons used (from /proc) and ratios against wireguard-go measured
 # in the same run; Ordo's in-order stage figures follow.
@@ -14,7 +15,7 @@ set -euo pipefail
 source "$(dirname "$0")/../tests/interop/lib.sh"
 DURATION=${1:-10}
 RUNS=${2:-3}
-IMPLS=(${BENCH_IMPLS:-ordo wireguard-go boringtun})
+IMPLS=(${BENCH_IMPLS:-ordo-pool ordo-inline ordo-threaded ordo-auto wireguard-go boringtun})
 CASES=(${BENCH_CASES:-tcp tcp-rev tcp4 udp})
 # Offered UDP rates tried, in Gbit/s, lowest first.
 UDP_RATES=(0.1 0.25 0.5 1 1.5 2 2.5 3 4)
@@ -33,9 +34,10 @@ ns_cpu() {
 # measure IMPL SECONDS IPERF_ARGS...: a fresh tunnel, one iperf3 run; prints
 # "Gbit/s daemon-cores retransmits-or-loss%".
 measure() {
-    local impl=$1 secs=$2
+    local impl=$1 secs=$2 model=""
     shift 2
-    tunnel "$impl" "$impl" >/dev/null
+    [[ $impl == ordo-* ]] && { model=${impl#ordo-}; impl=ordo; }
+    ORDO_MODEL=$model tunnel "$impl" "$impl" >/dev/null
     ip netns exec "$NS_A" ping -q -c 2 -i 0.2 -w 10 "$IN_B" >/dev/null
     # Daemons only: the baseline is taken before iperf3 starts, and iperf3 is not counted.
     local cpu0 cpu1 json
@@ -59,14 +61,15 @@ else:
 "
 }
 
-# Ordo's in-order stage counters, while its tunnel is still up.
+# Ordo's in-order stage counters, while its tunnel is still up: lane MODEL STAGE figures.
 lane_figures() {
     for side in "$IF_B deliver_inbound" "$IF_A deliver_outbound"; do
         set -- $side
         "$ORDO" show "$1" --json | python3 -c "
 import json, sys
-c = json.load(sys.stdin)[0]['counters']
-print('lane', '$2', c['stage_$2_packets'], c['stage_$2_wakeups'], c['stage_$2_wasted_wakeups'])"
+s = json.load(sys.stdin)[0]
+c = s['counters']
+print('lane', s['model'], '$2', c['stage_$2_packets'], c['stage_$2_wakeups'], c['stage_$2_wasted_wakeups'])"
     done
 }
 
@@ -78,7 +81,7 @@ for impl in "${IMPLS[@]}"; do
                 args=(); [[ $case == tcp-rev ]] && args=(-R); [[ $case == tcp4 ]] && args=(-P 4)
                 for _ in $(seq "$RUNS"); do
                     echo "$case $impl $(measure "$impl" "$DURATION" "${args[@]}")" >>"$results"
-                    [[ $impl == ordo && $case == tcp ]] && lane_figures >>"$results"
+                    [[ $impl == ordo* && $case == tcp ]] && lane_figures >>"$results"
                     teardown
                 done
                 ;;
@@ -103,7 +106,7 @@ rows, lanes = {}, {}
 for line in open(sys.argv[1]):
     f = line.split()
     if f[0] == "lane":
-        lanes.setdefault(f[1], []).append(tuple(map(int, f[2:5])))
+        lanes.setdefault((f[1], f[2]), []).append(tuple(map(int, f[3:6])))
         continue
     rows.setdefault((f[0], f[1]), []).append(tuple(map(float, f[2:5])))
 print(f"date {datetime.date.today()}, {os.cpu_count()} cores, kernel {platform.release()}; "
@@ -121,11 +124,11 @@ for (case, impl) in rows:
     print(f"| {case} | {impl} | {g:.2f} | {rg:.2f} | {c:.2f} | {cpg:.2f} | {rc:.2f} | {med((case, impl), 2):g} |")
 if lanes:
     print()
-    print("Ordo's in-order stage at saturation (pool model, one TCP flow), summed over the runs:")
+    print("Ordo's in-order stage at saturation (one TCP flow), summed over the runs:")
     print()
-    print("| stage | packets | delivery wake-ups | packets per wake-up | wasted wake-ups |")
-    print("|---|---|---|---|---|")
-    for stage, v in lanes.items():
+    print("| model | stage | packets | delivery wake-ups | packets per wake-up | wasted wake-ups |")
+    print("|---|---|---|---|---|---|")
+    for (model, stage), v in lanes.items():
         p, w, x = (sum(r[i] for r in v) for i in range(3))
-        print(f"| {stage} | {p} | {w} | {p / max(w, 1):.1f} | {x} ({100 * x / max(w, 1):.2f}%) |")
+        print(f"| {model} | {stage} | {p} | {w} | {p / max(w, 1):.1f} | {x} ({100 * x / max(w, 1):.2f}%) |")
 PY

@@ -382,6 +382,35 @@ mod tests {
     }
 
     #[test]
+    fn data_plane_settings() {
+        let c = p(&format!(
+            "[Interface]\nPrivateKey = {PRIV}\nModel = inline\nCores = 0-1\nIoCores = 0\nWorkers = 2\n"
+        ))
+        .unwrap();
+        let got: Vec<(&str, &str)> = c.interface.plane.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("model", "inline"),
+                ("cores", "0-1"),
+                ("io-cores", "0"),
+                ("workers", "2")
+            ]
+        );
+        let e = p(&format!("[Interface]\nPrivateKey = {PRIV}\n\nModel = turbo\n")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/etc/wireguard/wg0.conf:4: Model: unknown model \"turbo\" (pool, inline, threaded or auto)"
+        );
+        let e = p(&format!("[Interface]\nPrivateKey = {PRIV}\nCores = 3-1\n")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("/etc/wireguard/wg0.conf:3: Cores: bad CPU range"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn endpoints() {
         assert_eq!(parse_endpoint("[fd00::1]:51820"), Some(("fd00::1".into(), 51820)));
         assert_eq!(parse_endpoint("1.2.3.4:1"), Some(("1.2.3.4".into(), 1)));

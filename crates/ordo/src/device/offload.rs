@@ -1,7 +1,8 @@
 //! TUN offloads: the virtio-net header that precedes every packet on a TUN device opened with
-//! IFF_VNET_HDR, and TCP coalescing on the way to the kernel (generic receive offload done in
-//! user space): consecutive segments of one TCP flow become one large packet that the kernel
-//! takes in a single write, as it would from a NIC doing GRO.
+//! IFF_VNET_HDR; splitting the large TCP (TSO) and UDP (USO) packets the kernel hands us into
+//! wire-sized ones; and TCP coalescing on the way to the kernel (generic receive offload done
+//! in user space): consecutive segments of one TCP flow become one large packet that the
+//! kernel takes in a single write, as it would from a NIC doing GRO.
 
 /// struct virtio_net_hdr: flags, gso_type, hdr_len, gso_size, csum_start, csum_offset.
 pub const VNET_HDR_LEN: usize = 10;
@@ -9,6 +10,8 @@ const F_NEEDS_CSUM: u8 = 1;
 const GSO_NONE: u8 = 0;
 const GSO_TCPV4: u8 = 1;
 const GSO_TCPV6: u8 = 4;
+/// UDP segmentation (USO): one large datagram to cut into `gso_size` payloads.
+const GSO_UDP_L4: u8 = 5;
 /// Largest packet the kernel takes in one write.
 const MAX_COALESCED: usize = 65535;
 
@@ -237,6 +240,74 @@ pub fn coalesce(segments: &[&[u8]]) -> Vec<u8> {
     }
     .write(&mut out[..VNET_HDR_LEN]);
     out
+}
+
+/// Splits a packet the kernel handed over whole (TSO or USO) into wire-sized packets behind
+/// `headroom` zero bytes; false (and nothing appended) for one that does not match its header.
+pub fn segment(h: &VnetHdr, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>>) -> bool {
+    if h.gso_type & 0x7f == GSO_UDP_L4 {
+        segment_uso(h, p, headroom, out)
+    } else {
+        segment_tso(h, p, headroom, out)
+    }
+}
+
+/// Splits a UDP datagram the kernel handed over whole (USO: `gso_type` UDP_L4) into
+/// datagrams of `gso_size` payload bytes, as `UDP_SEGMENT` would on the wire: headers copied,
+/// IP and UDP lengths, IPv4 IDs and every checksum computed in full.
+pub fn segment_uso(h: &VnetHdr, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>>) -> bool {
+    let v6 = match p.first().map(|b| b >> 4) {
+        Some(4) => false,
+        Some(6) => true,
+        _ => return false,
+    };
+    let ip_len = h.csum_start as usize;
+    let min_ip = if v6 { 40 } else { 20 };
+    let proto = if v6 { p.get(6) } else { p.get(9) };
+    if ip_len < min_ip
+        || p.len() < ip_len + 8
+        || h.gso_size == 0
+        || proto != Some(&17)
+        || (!v6 && ip_len != (p[0] & 0x0f) as usize * 4)
+    {
+        return false;
+    }
+    let hdr = ip_len + 8;
+    let id = u16::from_be_bytes([p[4], p[5]]);
+    for (i, chunk) in p[hdr..].chunks(h.gso_size as usize).enumerate() {
+        let mut s = Vec::with_capacity(headroom + hdr + chunk.len() + 32);
+        s.resize(headroom, 0);
+        s.extend_from_slice(&p[..hdr]);
+        s.extend_from_slice(chunk);
+        let q = &mut s[headroom..];
+        let total = q.len();
+        let udp_len = total - ip_len;
+        let pseudo = if v6 {
+            q[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            sum16(
+                sum16(0, &q[8..40]),
+                &[0, 0, (udp_len >> 8) as u8, udp_len as u8, 0, 0, 0, 17],
+            )
+        } else {
+            q[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+            q[4..6].copy_from_slice(&id.wrapping_add(i as u16).to_be_bytes());
+            q[10..12].fill(0);
+            let c = !fold(sum16(0, &q[..ip_len]));
+            q[10..12].copy_from_slice(&c.to_be_bytes());
+            sum16(sum16(0, &q[12..20]), &[0, 17, (udp_len >> 8) as u8, udp_len as u8])
+        };
+        let u = &mut q[ip_len..];
+        u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+        u[6..8].fill(0);
+        // A computed UDP checksum of zero is sent as all ones (zero means "none").
+        let c = match !fold(sum16(pseudo, u)) {
+            0 => 0xffff,
+            c => c,
+        };
+        u[6..8].copy_from_slice(&c.to_be_bytes());
+        out.push(s);
+    }
+    true
 }
 
 /// Splits a TCP packet the kernel handed over whole (TSO: `gso_type` TCPV4/TCPV6) into
@@ -509,6 +580,69 @@ mod tests {
             !segment_tso(&wrong, &p, 0, &mut out),
             "a header that lies about the family is refused"
         );
+    }
+
+    fn udp_checksum_ok(p: &[u8], ip_len: usize, v6: bool) -> bool {
+        let u = &p[ip_len..];
+        let pseudo = if v6 {
+            sum16(
+                sum16(0, &p[8..40]),
+                &[0, 0, (u.len() >> 8) as u8, u.len() as u8, 0, 0, 0, 17],
+            )
+        } else {
+            sum16(sum16(0, &p[12..20]), &[0, 17, (u.len() >> 8) as u8, u.len() as u8])
+        };
+        fold(sum16(pseudo, u)) == 0xffff
+    }
+
+    #[test]
+    fn uso_datagrams_split_into_valid_ones() {
+        for v6 in [false, true] {
+            let ip_len = if v6 { 40 } else { 20 };
+            let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+            let mut p = vec![0u8; ip_len + 8];
+            if v6 {
+                p[0] = 0x60;
+                p[6] = 17;
+                p[8..24].copy_from_slice(&[0xfd, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+                p[24..40].copy_from_slice(&[0xfd, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+            } else {
+                p[0] = 0x45;
+                p[9] = 17;
+                p[12..20].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+            }
+            p[ip_len..ip_len + 4].copy_from_slice(&[0x13, 0x88, 0x13, 0x89]);
+            p.extend_from_slice(&payload);
+            let h = VnetHdr {
+                flags: F_NEEDS_CSUM,
+                gso_type: GSO_UDP_L4,
+                hdr_len: (ip_len + 8) as u16,
+                gso_size: 1200,
+                csum_start: ip_len as u16,
+                csum_offset: 6,
+            };
+            let mut out = Vec::new();
+            assert!(segment(&h, &p, 16, &mut out));
+            assert_eq!(out.len(), 3, "1200 + 1200 + 600");
+            let mut joined = Vec::new();
+            for (i, s) in out.iter().enumerate() {
+                let q = &s[16..];
+                let want = if i < 2 { 1200 } else { 600 };
+                assert_eq!(q.len(), ip_len + 8 + want);
+                assert_eq!(u16::from_be_bytes([q[ip_len + 4], q[ip_len + 5]]) as usize, 8 + want);
+                if !v6 {
+                    assert_eq!(fold(sum16(0, &q[..20])), 0xffff, "IPv4 header checksum");
+                    assert_eq!(u16::from_be_bytes([q[2], q[3]]) as usize, q.len());
+                }
+                assert!(udp_checksum_ok(q, ip_len, v6), "UDP checksum of datagram {i}");
+                joined.extend_from_slice(&q[ip_len + 8..]);
+            }
+            assert_eq!(joined, payload);
+            // A TCP packet labelled as UDP is refused.
+            let mut bad = p.clone();
+            bad[if v6 { 6 } else { 9 }] = 6;
+            assert!(!segment(&h, &bad, 0, &mut Vec::new()));
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use super::offload::{complete_checksum, segment_tso, VnetHdr, VNET_HDR_LEN};
+use super::offload::{complete_checksum, segment, VnetHdr, VNET_HDR_LEN};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TUN: libc::c_short = 0x0001;
@@ -19,6 +19,9 @@ const TUN_F_CSUM: libc::c_uint = 0x01;
 const TUN_F_TSO4: libc::c_uint = 0x02;
 const TUN_F_TSO6: libc::c_uint = 0x04;
 const TUN_F_TSO_ECN: libc::c_uint = 0x08;
+/// UDP segmentation offload (Linux 6.2): large UDP datagrams, split by offload::segment_uso.
+const TUN_F_USO4: libc::c_uint = 0x20;
+const TUN_F_USO6: libc::c_uint = 0x40;
 
 /// `struct ifreq` reduced to the two members used here.
 #[repr(C)]
@@ -54,6 +57,8 @@ pub struct Tun {
     vnet_hdr: bool,
     /// The kernel agreed to hand us TSO segments.
     tso: bool,
+    /// ... and USO datagrams.
+    uso: bool,
 }
 
 impl std::os::fd::AsRawFd for Tun {
@@ -104,12 +109,16 @@ impl Tun {
         }
         let offloads = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN;
         // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is passed.
-        let tso = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETOFFLOAD, offloads as libc::c_ulong) } == 0;
+        let set = |o: libc::c_uint| unsafe { libc::ioctl(file.as_raw_fd(), TUNSETOFFLOAD, o as libc::c_ulong) } == 0;
+        // Kernels before 6.2 refuse the USO bits: then TSO alone.
+        let uso = set(offloads | TUN_F_USO4 | TUN_F_USO6);
+        let tso = uso || set(offloads);
         Ok(Tun {
             file,
             name: name.to_string(),
             vnet_hdr: true,
             tso,
+            uso,
         })
     }
 
@@ -145,8 +154,8 @@ impl Tun {
                         }
                         let h = VnetHdr::parse(&scratch[..VNET_HDR_LEN]);
                         if h.gso_type != 0 {
-                            // A TSO segment: split it into packets (malformed ones are dropped).
-                            segment_tso(&h, &scratch[VNET_HDR_LEN..n], headroom, out);
+                            // A TSO or USO packet: split it (malformed ones are dropped).
+                            segment(&h, &scratch[VNET_HDR_LEN..n], headroom, out);
                             continue;
                         }
                         if !complete_checksum(&h, &mut scratch[VNET_HDR_LEN..n]) {
@@ -201,6 +210,11 @@ impl Tun {
     /// Whether the kernel hands us TSO segments.
     pub fn has_tso(&self) -> bool {
         self.tso
+    }
+
+    /// Whether the kernel hands us USO datagrams.
+    pub fn has_uso(&self) -> bool {
+        self.uso
     }
 
     /// Whether writes start with a virtio-net header.

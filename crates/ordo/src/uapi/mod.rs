@@ -211,6 +211,7 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
     c.push(("udp_gso".to_string(), sockets.gso.load(Ordering::Relaxed) as u64));
     c.push(("udp_gro".to_string(), sockets.gro as u64));
     c.push(("tun_tso".to_string(), device.tun().has_tso() as u64));
+    c.push(("tun_uso".to_string(), device.tun().has_uso() as u64));
     c.extend(device.stats().counters());
     c
 }
