@@ -269,7 +269,7 @@ pub fn run(o: &Options) -> Result<Report> {
         let (c, addr) = &mut clients[k % o.peers];
         if let Sent::Data { len, .. } = c.send(t0, wall, &per_peer[k % o.peers], &mut out) {
             messages[(k % o.peers) % dispatchers].push(Datagram {
-                data: out[..len].to_vec(),
+                data: bytes::BytesMut::from(&out[..len]),
                 src: *addr,
             });
         }

@@ -4,6 +4,7 @@
 //! Both are detected at run time: GRO is asked for and used if granted; GSO is used until a
 //! send fails in the way that means "not supported here", then not again on that socket set.
 
+use bytes::BytesMut;
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
@@ -24,7 +25,8 @@ type CmsgBuf = [u64; 4];
 
 /// A received datagram: its bytes and where it came from.
 pub struct Datagram {
-    pub data: Vec<u8>,
+    /// A slice of the receive buffer it arrived in (see [`Receiver`]): not copied.
+    pub data: BytesMut,
     pub src: SocketAddr,
 }
 
@@ -95,18 +97,28 @@ fn from_socket_addr(a: &SocketAddr, ss: &mut libc::sockaddr_storage) -> libc::so
     }
 }
 
-/// Reusable receive buffers for one thread.
+/// Receive buffers for one thread. Each receive slot is a large buffer that datagrams are
+/// carved from without copying: a GRO batch of many datagrams becomes many `BytesMut` that
+/// share its allocation, each decrypted in place later on any thread. A slot that runs low
+/// gets a fresh buffer; the old one is freed when its last datagram is.
 pub struct Receiver {
-    bufs: Vec<Vec<u8>>,
+    slots: Vec<BytesMut>,
+    max_datagram: usize,
     cmsgs: Vec<CmsgBuf>,
 }
+
+/// A fresh slot holds this many maximal receives before it is replaced.
+const SLOT_RECEIVES: usize = 4;
 
 impl Receiver {
     /// `max_datagram`: the largest datagram (or GRO batch) accepted; longer ones are
     /// truncated by the kernel and dropped here.
     pub fn new(max_datagram: usize) -> Self {
         Receiver {
-            bufs: (0..BATCH).map(|_| vec![0u8; max_datagram]).collect(),
+            slots: (0..BATCH)
+                .map(|_| BytesMut::with_capacity(max_datagram * SLOT_RECEIVES))
+                .collect(),
+            max_datagram,
             cmsgs: vec![[0; 4]; BATCH],
         }
     }
@@ -128,12 +140,18 @@ impl Receiver {
 
     fn recv_with(&mut self, sock: &UdpSocket, out: &mut Vec<Datagram>, flags: libc::c_int) -> io::Result<usize> {
         let mut addrs: [MaybeUninit<libc::sockaddr_storage>; BATCH] = [MaybeUninit::uninit(); BATCH];
+        for slot in &mut self.slots {
+            if slot.capacity() < self.max_datagram {
+                *slot = BytesMut::with_capacity(self.max_datagram * SLOT_RECEIVES);
+            }
+        }
+        let max = self.max_datagram;
         let mut iovs: Vec<libc::iovec> = self
-            .bufs
+            .slots
             .iter_mut()
             .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr() as *mut _,
-                iov_len: b.len(),
+                iov_base: b.spare_capacity_mut().as_mut_ptr() as *mut _,
+                iov_len: max,
             })
             .collect();
         // SAFETY: mmsghdr is plain data; zero is a valid value for every field.
@@ -147,7 +165,8 @@ impl Receiver {
             h.msg_control = self.cmsgs[i].as_mut_ptr() as *mut _;
             h.msg_controllen = std::mem::size_of::<CmsgBuf>();
         }
-        // SAFETY: every header points at a live buffer (self.bufs), a live iovec, a live
+        // SAFETY: every header points at live spare capacity of at least `max` bytes (checked
+        // above) in self.slots, a live iovec, a live
         // address slot and a live control buffer, all of which outlive the call; the kernel
         // writes at most their lengths.
         let n = unsafe {
@@ -176,9 +195,15 @@ impl Receiver {
             // With GRO one buffer may hold several datagrams of `segment` bytes, the last
             // possibly shorter.
             let segment = gro_segment_size(h).unwrap_or(len).max(1);
-            for chunk in self.bufs[i][..len].chunks(segment) {
+            let slot = &mut self.slots[i];
+            // SAFETY: the kernel wrote `len` (at most `max`, within the spare capacity) bytes
+            // at the start of this slot's spare capacity, so they are initialized.
+            unsafe { slot.set_len(len) };
+            let mut filled = slot.split_to(len);
+            while !filled.is_empty() {
+                let n = segment.min(filled.len());
                 out.push(Datagram {
-                    data: chunk.to_vec(),
+                    data: filled.split_to(n),
                     src,
                 });
             }

@@ -8,6 +8,7 @@ use super::tun::Tun;
 use super::udp::Sockets;
 use super::{canonical, Device, MAX_PACKET};
 use ordo_proto::messages::DATA_HEADER_LEN;
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -72,7 +73,14 @@ impl Io for KernelIo {
                 offload::Write::Coalesced(a, b) => {
                     let segments: Vec<&[u8]> = accepted[a..b].iter().map(|&x| inner(run, x)).collect();
                     c.tun_coalesced_packets.fetch_add((b - a) as u64, Ordering::Relaxed);
-                    write(&offload::coalesce(&segments), b - a);
+                    let (head, hdr_len) = offload::coalesced_header(&segments);
+                    let parts: Vec<IoSlice> = std::iter::once(IoSlice::new(&head))
+                        .chain(segments.iter().map(|s| IoSlice::new(&s[hdr_len..])))
+                        .collect();
+                    c.tun_writes.fetch_add(1, Ordering::Relaxed);
+                    if tun.write_vectored(&parts).is_err() {
+                        c.tun_write_errors.fetch_add((b - a) as u64, Ordering::Relaxed);
+                    }
                 }
             }
         }

@@ -282,7 +282,9 @@ pub fn drain(core: &mut Interface) -> Vec<Transmit> {
 }
 
 pub struct InboundPacket {
-    pub data: Vec<u8>,
+    /// The data message, decrypted in place (its buffer is shared with the datagrams that
+    /// arrived in the same receive; see batch::Receiver).
+    pub data: bytes::BytesMut,
     pub src: SocketAddr,
     /// Set by the crypto: the counter and plaintext length, or None if it did not open.
     pub opened: Option<(u64, usize)>,

@@ -229,6 +229,12 @@ impl Tun {
         (&self.file).write(bytes)
     }
 
+    /// One packet from several parts (a TUN write is one packet whatever its iovecs).
+    pub fn write_vectored(&self, parts: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        use std::io::Write;
+        (&self.file).write_vectored(parts)
+    }
+
     pub fn mtu(&self) -> io::Result<u32> {
         interface_ioctl(&self.name, libc::SIOCGIFMTU, None).map(|v| v as u32)
     }
