@@ -5,7 +5,9 @@
 #   tcp4      four TCP flows A->B        udp       1392-byte datagrams A->B (4 MB iperf3 socket
 #                                                  buffers) at the highest
 #                                                  offered rate with under 1% loss
-# Ordo runs in each execution model (ordo-pool, ordo-inline, ordo-threaded, ordo-auto).
+# Ordo runs in each execution model (ordo-pool, ordo-inline, ordo-threaded, ordo-auto). An
+# implementation named IMPL@split runs each tunnel end's daemon on a CPU of its own (taskset:
+# A on CPU 0, B on CPU 1), as two machines would; iperf3 and the kernel still share both.
 # TCP cases run RUNS times (medians); the UDP search runs once per implementation. Each row
 # has the CPU time both daemons used (from /proc) and ratios against wireguard-go measured
 # in the same run; Ordo's in-order stage figures follow.
@@ -36,8 +38,10 @@ ns_cpu() {
 measure() {
     local impl=$1 secs=$2 model=""
     shift 2
+    local cpus_a="" cpus_b=""
+    [[ $impl == *@split ]] && { impl=${impl%@split}; cpus_a=0; cpus_b=1; }
     [[ $impl == ordo-* ]] && { model=${impl#ordo-}; impl=ordo; }
-    ORDO_MODEL=$model tunnel "$impl" "$impl" >/dev/null
+    CPUS_A=$cpus_a CPUS_B=$cpus_b ORDO_MODEL=$model tunnel "$impl" "$impl" >/dev/null
     ip netns exec "$NS_A" ping -q -c 2 -i 0.2 -w 10 "$IN_B" >/dev/null
     # Daemons only: the baseline is taken before iperf3 starts, and iperf3 is not counted.
     local cpu0 cpu1 json
@@ -117,7 +121,8 @@ print("|---|---|---|---|---|---|---|---|")
 med = lambda k, i: statistics.median(r[i] for r in rows[k])
 for (case, impl) in rows:
     g, c = med((case, impl), 0), med((case, impl), 1)
-    ref = (case, "wireguard-go")
+    # Against wireguard-go placed the same way (IMPL@split against wireguard-go@split).
+    ref = (case, "wireguard-go@split" if impl.endswith("@split") and (case, "wireguard-go@split") in rows else "wireguard-go")
     rg = g / med(ref, 0) if ref in rows and med(ref, 0) else float("nan")
     cpg = c / g if g else float("inf")
     rc = cpg / (med(ref, 1) / med(ref, 0)) if ref in rows and med(ref, 0) else float("nan")

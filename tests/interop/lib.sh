@@ -63,15 +63,19 @@ make_hosts() {
 
 # start_impl IMPL NS IFNAME: starts a userspace WireGuard implementation; returns once its
 # UAPI socket answers (each implementation daemonizes only when ready).
+# CPUS_A / CPUS_B (taskset lists), when set, confine that side's daemon to those CPUs.
 start_impl() {
-    local impl=$1 ns=$2 ifname=$3
+    local impl=$1 ns=$2 ifname=$3 cpus
+    [[ $ns == "$NS_A" ]] && cpus=${CPUS_A:-} || cpus=${CPUS_B:-}
+    local pin=()
+    [[ -n $cpus ]] && pin=(taskset -c "$cpus")
     case "$impl" in
-        ordo) ORDO_LOG="$LOGDIR/$ifname.log" ip netns exec "$ns" "$ORDO" "$ifname" ;;
+        ordo) ORDO_LOG="$LOGDIR/$ifname.log" ip netns exec "$ns" "${pin[@]}" "$ORDO" "$ifname" ;;
         ordo-underload) ORDO_TEST_UNDER_LOAD=1 ORDO_LOG="$LOGDIR/$ifname.log" ip netns exec "$ns" "$ORDO" "$ifname" ;;
-        wireguard-go) LOG_LEVEL=error ip netns exec "$ns" "$WIREGUARD_GO" "$ifname" >"$LOGDIR/$ifname.log" 2>&1 ;;
+        wireguard-go) LOG_LEVEL=error ip netns exec "$ns" "${pin[@]}" "$WIREGUARD_GO" "$ifname" >"$LOGDIR/$ifname.log" 2>&1 ;;
         # Connected UDP sockets stay bound to the old source address, so boringtun could not
         # roam; unconnected sockets are what the other implementations use.
-        boringtun) WG_SUDO=1 ip netns exec "$ns" "$BORINGTUN" --disable-drop-privileges --disable-connected-udp \
+        boringtun) WG_SUDO=1 ip netns exec "$ns" "${pin[@]}" "$BORINGTUN" --disable-drop-privileges --disable-connected-udp \
             -l "$LOGDIR/$ifname.log" "$ifname" >/dev/null ;;
         *) log "unknown implementation $impl"; return 1 ;;
     esac
