@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build demo test lint unit interop interop-quick bench fuzz clean
+.PHONY: all build demo test lint unit interop interop-quick loadgen bench fuzz clean
 
 all: build
 
@@ -14,8 +14,9 @@ demo: build
 	tests/install-deps.sh --no-peers
 	scripts/demo.sh
 
-## make test: formatting, lints, unit tests, and the interop suite against real peers.
-test: lint unit interop
+## make test: formatting, lints, unit tests, the interop suite against real peers (in every
+## execution model), and the load generator against each implementation.
+test: lint unit interop loadgen
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -27,6 +28,11 @@ unit:
 interop: build
 	tests/install-deps.sh
 	tests/interop/interop.sh
+
+# The load generator, short: 24 clients against Ordo, wireguard-go and boringtun.
+loadgen: build
+	tests/install-deps.sh
+	tests/loadgen.sh
 
 # The suite without the ~130 s rekey test.
 interop-quick: build

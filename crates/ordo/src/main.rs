@@ -8,10 +8,11 @@
 //! ordo show [IFNAME] [--json]                          # wg show, plus Ordo's counters
 //! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
 //! ordo bench [--model M] [--peers N] [--size B] [--workers T]  # the data plane in memory
+//! ordo loadgen setup|run|sink ...                      # N WireGuard clients against a server
 //! ```
 
 use ordo::device::model::{Model, PlaneConfig, SETTINGS};
-use ordo::{bench, daemon, quick, show, uapi};
+use ordo::{bench, daemon, loadgen, quick, show, uapi};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -66,6 +67,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Play N WireGuard clients against a server under test.
+    #[command(subcommand)]
+    Loadgen(loadgen::LoadgenCommand),
     /// Print a new private key (base64).
     Genkey,
     /// Read a private key on stdin, print its public key.
@@ -96,7 +100,7 @@ fn xplatform(args: &[String]) -> Option<Result<()>> {
         }
     }
     let name = name?;
-    if ["up", "down", "show", "bench", "genkey", "pubkey", "help"].contains(&name.as_str()) {
+    if ["up", "down", "show", "bench", "loadgen", "genkey", "pubkey", "help"].contains(&name.as_str()) {
         return None;
     }
     let config = (|| -> Result<PlaneConfig> {
@@ -171,6 +175,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Loadgen(cmd) => loadgen::command(cmd),
         Command::Genkey => {
             let k = ordo_proto::PrivateKey::generate(&mut rand_core::OsRng);
             println!("{}", k.to_base64().as_str());

@@ -39,6 +39,9 @@ pub struct PeerPlane {
     pub outbound: Lane<OutboundBatch>,
     /// Index of the pool (in the plan's order) that does this peer's crypto.
     pub pool: AtomicUsize,
+    /// The peer's queue (the core's `Peer::queue`, copied at each dispatch): deliveries
+    /// write to its TUN queue and send from its sockets, whichever thread runs them.
+    pub queue: AtomicUsize,
     /// The crypto goes to the pool rather than staying on the receiving queue.
     pub spread: AtomicBool,
     /// Data packets dispatched for the peer, each way.
@@ -68,6 +71,7 @@ impl PeerPlane {
             inbound: Lane::default(),
             outbound: Lane::default(),
             pool: AtomicUsize::new(pool),
+            queue: AtomicUsize::new(0),
             spread: AtomicBool::new(spread),
             rx_packets: AtomicU64::new(0),
             tx_packets: AtomicU64::new(0),

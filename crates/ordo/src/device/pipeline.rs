@@ -440,8 +440,12 @@ impl<I: Io> DataPlane<I> {
             }
             drain(&mut core)
         };
-        self.io.write_inner(self, ctx.queue, run, &accepted);
-        self.send_transmits(ctx.queue, transmits);
+        // The peer's own queue, whoever delivers: the TUN device sends a flow's packets back
+        // through the queue that last wrote it, so writing a peer's flows from one queue keeps
+        // them on one reader (two readers would reorder them).
+        let queue = run[0].peer.queue.load(Ordering::Relaxed);
+        self.io.write_inner(self, queue, run, &accepted);
+        self.send_transmits(queue, transmits);
         self.stats
             .record(Stage::DeliverInbound, &ctx.stats, accepted.len(), start);
     }
@@ -460,7 +464,9 @@ impl<I: Io> DataPlane<I> {
         let mut sent_packets = 0;
         for b in run {
             let payloads: Vec<&[u8]> = b.packets.iter().map(Vec::as_slice).collect();
-            let sent = self.io.send_outer(ctx.queue, b.to, &payloads);
+            let sent = self
+                .io
+                .send_outer(b.peer.queue.load(Ordering::Relaxed), b.to, &payloads);
             if sent < payloads.len() {
                 self.counters
                     .udp_send_errors
@@ -477,13 +483,15 @@ impl<I: Io> DataPlane<I> {
             }
             drain(&mut core)
         };
-        self.send_transmits(ctx.queue, transmits);
+        self.send_transmits(run[0].peer.queue.load(Ordering::Relaxed), transmits);
         self.stats
             .record(Stage::DeliverOutbound, &ctx.stats, sent_packets, start);
     }
 
     /// Sends spread batches to their pools and runs the others here, in that order so the
-    /// pools start first. Returns false once the pools are gone.
+    /// pools start first. A full pool makes the dispatcher wait (rather than do the crypto
+    /// itself, which would take the peer off its NUMA node). Returns false once the pools
+    /// are gone.
     fn execute<B>(
         self: &Arc<Self>,
         batches: Vec<B>,
@@ -582,8 +590,9 @@ impl<I: Io> DataPlane<I> {
         let start = Instant::now();
         let count = datagrams.len();
         let mut groups: Groups<InboundPacket> = Vec::new();
-        // Each session is looked up (and its Arc cloned) once per batch, not once per packet.
-        let mut sessions: Vec<(PeerId, Arc<Session>)> = Vec::new();
+        // Each session is looked up (and its Arc cloned) once per batch, not once per packet;
+        // with it the peer's queue.
+        let mut sessions: Vec<(PeerId, Arc<Session>, u32)> = Vec::new();
         let transmits = {
             let (now, wall) = (Instant::now(), SystemTime::now());
             let mut core = self.core();
@@ -593,11 +602,12 @@ impl<I: Io> DataPlane<I> {
             for mut d in datagrams.drain(..) {
                 if messages::classify(&d.data) == Some(Kind::Data) {
                     let receiver = messages::DataHeader::parse(&d.data).receiver;
-                    let peer = match sessions.iter().find(|(_, s)| s.local_index == receiver) {
-                        Some((peer, _)) => *peer,
+                    let peer = match sessions.iter().find(|(_, s, _)| s.local_index == receiver) {
+                        Some((peer, _, _)) => *peer,
                         None => match core.receiving_session(receiver) {
                             Some((peer, session)) => {
-                                sessions.push((peer, session));
+                                let queue = core.peer(peer).map_or(0, |p| p.queue);
+                                sessions.push((peer, session, queue));
                                 peer
                             }
                             None => {
@@ -622,13 +632,13 @@ impl<I: Io> DataPlane<I> {
         self.send_transmits(ctx.queue, transmits);
         let mut batches = Vec::with_capacity(groups.len());
         for ((peer, receiver), packets) in groups {
-            let session = sessions
+            let (_, session, queue) = sessions
                 .iter()
-                .find(|(_, s)| s.local_index == receiver)
+                .find(|(_, s, _)| s.local_index == receiver)
                 .expect("looked up")
-                .1
                 .clone();
             let peer = self.peer(peer);
+            peer.queue.store(queue as usize, Ordering::Relaxed);
             peer.rx_packets.fetch_add(packets.len() as u64, Ordering::Relaxed);
             let ticket = peer.inbound.ticket();
             batches.push(InboundBatch {
@@ -656,7 +666,7 @@ impl<I: Io> DataPlane<I> {
         let count = packets.len();
         let mut groups: Groups<Vec<u8>> = Vec::new();
         // Each peer's session is looked up (and its Arc cloned) once per batch.
-        let mut targets: Vec<(PeerId, Arc<Session>, SocketAddr)> = Vec::new();
+        let mut targets: Vec<(PeerId, Arc<Session>, SocketAddr, u32)> = Vec::new();
         let (mtu, transmits) = {
             let (now, wall) = (Instant::now(), SystemTime::now());
             let mut core = self.core();
@@ -669,7 +679,7 @@ impl<I: Io> DataPlane<I> {
                         continue;
                     }
                 };
-                if let Some((_, session, _)) = targets.iter().find(|t| t.0 == peer) {
+                if let Some((_, session, _, _)) = targets.iter().find(|t| t.0 == peer) {
                     let idx = session.local_index;
                     group_push(&mut groups, (peer, idx), p);
                     continue;
@@ -677,7 +687,8 @@ impl<I: Io> DataPlane<I> {
                 match core.sending_session(now, peer) {
                     Ok(Some((session, to))) => {
                         let idx = session.local_index;
-                        targets.push((peer, session, to));
+                        let queue = core.peer(peer).map_or(0, |p| p.queue);
+                        targets.push((peer, session, to, queue));
                         group_push(&mut groups, (peer, idx), p);
                     }
                     Ok(None) => core.stage_and_initiate(now, wall, peer, inner.to_vec()),
@@ -689,7 +700,7 @@ impl<I: Io> DataPlane<I> {
         self.send_transmits(ctx.queue, transmits);
         let mut batches = Vec::with_capacity(groups.len());
         for ((peer, _), packets) in groups {
-            let (_, session, to) = targets.iter().find(|t| t.0 == peer).expect("looked up").clone();
+            let (_, session, to, queue) = targets.iter().find(|t| t.0 == peer).expect("looked up").clone();
             let Some(first_counter) = session.reserve(packets.len() as u64) else {
                 // The session ran out of nonces: wait for the next one like any unsent packet.
                 let (now, wall) = (Instant::now(), SystemTime::now());
@@ -700,6 +711,7 @@ impl<I: Io> DataPlane<I> {
                 continue;
             };
             let peer = self.peer(peer);
+            peer.queue.store(queue as usize, Ordering::Relaxed);
             peer.tx_packets.fetch_add(packets.len() as u64, Ordering::Relaxed);
             let ticket = peer.outbound.ticket();
             batches.push(OutboundBatch {
