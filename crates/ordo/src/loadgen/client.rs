@@ -286,12 +286,20 @@ pub fn worker(mut clients: Vec<Client>, plan: Plan, phase: &AtomicU8, live: &Liv
             let floor = now.checked_sub(next).unwrap_or(now);
             due.push(Reverse(((at + next).max(floor), i)));
         }
-        let wait_ms = match due.peek() {
-            Some(Reverse((at, _))) if *at <= Instant::now() => 0,
-            _ => 1,
+        // Sleep until the next send is due (at most a millisecond, for the phase and the
+        // timers), to the microsecond: a millisecond's granularity would make sends late.
+        let wait = match (p, due.peek()) {
+            (TRAFFIC, Some(Reverse((at, _)))) => at.saturating_duration_since(Instant::now()),
+            _ => Duration::from_millis(1),
+        }
+        .min(Duration::from_millis(1));
+        let timeout = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: wait.as_nanos() as libc::c_long,
         };
-        // SAFETY: a valid epoll descriptor and an event buffer of the length passed.
-        let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, wait_ms) };
+        // SAFETY: a valid epoll descriptor, an event buffer of the length passed, a valid
+        // timeout and no signal mask.
+        let n = unsafe { libc::epoll_pwait2(ep, events.as_mut_ptr(), events.len() as i32, &timeout, std::ptr::null()) };
         for ev in events.iter().take(n.max(0) as usize) {
             let i = ev.u64 as usize;
             let got = clients[i].receive(&mut buf, &mut down, &mut rtt);
