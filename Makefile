@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build demo test lint unit interop interop-quick loadgen bench fuzz clean
+.PHONY: all build demo test lint unit interop interop-quick loadgen lab-short lab bench fuzz clean
 
 all: build
 
@@ -15,8 +15,9 @@ demo: build
 	scripts/demo.sh
 
 ## make test: formatting, lints, unit tests, the interop suite against real peers (in every
-## execution model), and the load generator against each implementation.
-test: lint unit interop loadgen
+## execution model), the load generator against each implementation, and a short run of each
+## lab scenario (report and figures built end to end).
+test: lint unit interop loadgen lab-short
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -33,6 +34,19 @@ interop: build
 loadgen: build
 	tests/install-deps.sh
 	tests/loadgen.sh
+
+# The papers' experiments (lab/lab.sh): short versions in make test, full ones on demand.
+lab-short: build
+	tests/install-deps.sh
+	lab/lab.sh many-clients --short
+	test -s lab/out/many-clients/report.md && test -s lab/out/many-clients/throughput-up.svg
+	lab/lab.sh inversion --short
+	test -s lab/out/inversion/report.md && test -s lab/out/inversion/cores.svg
+
+lab: build
+	tests/install-deps.sh
+	lab/lab.sh many-clients
+	lab/lab.sh inversion
 
 # The suite without the ~130 s rekey test.
 interop-quick: build

@@ -13,6 +13,7 @@ pub mod bench;
 pub mod config;
 pub mod daemon;
 pub mod device;
+pub mod lab;
 pub mod loadgen;
 pub mod netconf;
 pub mod quick;

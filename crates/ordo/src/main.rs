@@ -70,10 +70,24 @@ enum Command {
     /// Play N WireGuard clients against a server under test.
     #[command(subcommand)]
     Loadgen(loadgen::LoadgenCommand),
+    /// The lab's reports (lab/lab.sh runs the scenarios).
+    #[command(subcommand)]
+    Lab(LabCommand),
     /// Print a new private key (base64).
     Genkey,
     /// Read a private key on stdin, print its public key.
     Pubkey,
+}
+
+#[derive(Subcommand)]
+enum LabCommand {
+    /// Figures (SVG) and report.md from a lab run's results.jsonl in DIR.
+    Report {
+        dir: std::path::PathBuf,
+        /// many-clients or inversion.
+        #[arg(long)]
+        scenario: String,
+    },
 }
 
 /// The xplatform form: `ordo [-f|--foreground] [--keep-privileges] [data-plane flags] IFNAME`.
@@ -100,7 +114,11 @@ fn xplatform(args: &[String]) -> Option<Result<()>> {
         }
     }
     let name = name?;
-    if ["up", "down", "show", "bench", "loadgen", "genkey", "pubkey", "help"].contains(&name.as_str()) {
+    if [
+        "up", "down", "show", "bench", "loadgen", "lab", "genkey", "pubkey", "help",
+    ]
+    .contains(&name.as_str())
+    {
         return None;
     }
     let config = (|| -> Result<PlaneConfig> {
@@ -176,6 +194,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Loadgen(cmd) => loadgen::command(cmd),
+        Command::Lab(LabCommand::Report { dir, scenario }) => ordo::lab::report(&dir, &scenario),
         Command::Genkey => {
             let k = ordo_proto::PrivateKey::generate(&mut rand_core::OsRng);
             println!("{}", k.to_base64().as_str());

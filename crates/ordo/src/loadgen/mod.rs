@@ -121,6 +121,9 @@ pub struct RunArgs {
     /// The network namespace of the server, where the sink is started.
     #[arg(long)]
     pub sink_netns: Option<String>,
+    /// The server's process, whose CPU time over the traffic is reported.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
     #[arg(long)]
     pub json: bool,
 }
@@ -188,6 +191,10 @@ pub struct Report {
     /// Set when the generator, not the server, may have set the pace.
     pub warnings: Vec<String>,
     pub sink_cores: f64,
+    /// The server process's CPU time over the traffic, in cores (with --server-pid).
+    pub server_cores: Option<f64>,
+    /// Every CPU of the machine over the traffic (user, system, softirq, idle shares).
+    pub machine_cpu: Vec<stats::CoreCpu>,
     pub per_client: Vec<ClientResult>,
 }
 
@@ -367,6 +374,8 @@ pub fn run(a: &RunArgs) -> Result<Report> {
     bar.set_position(live.up.load(Ordering::Relaxed).min(n as u64));
     phase.store(TRAFFIC, Ordering::SeqCst);
     let traffic = Instant::now();
+    let machine0 = stats::proc_stat();
+    let server0 = a.server_pid.and_then(stats::process_cpu_seconds);
     bar.set_prefix("traffic");
     bar.set_length((a.duration * 10.0) as u64);
     bar.set_position(0);
@@ -382,6 +391,11 @@ pub fn run(a: &RunArgs) -> Result<Report> {
     // The end: clients stop sending, the sink stops its downloads and drains what is in
     // flight toward it, the clients drain what is in flight toward them; then the figures.
     let seconds = traffic.elapsed().as_secs_f64();
+    let machine_cpu = stats::core_shares(&machine0, &stats::proc_stat());
+    let server_cores = match (server0, a.server_pid.and_then(stats::process_cpu_seconds)) {
+        (Some(b), Some(e)) => Some((e - b) / seconds.max(1e-3)),
+        _ => None,
+    };
     phase.store(DRAIN, Ordering::SeqCst);
     bar.finish_and_clear();
     let sink_report = sink.map(SinkChild::finish).transpose();
@@ -391,7 +405,10 @@ pub fn run(a: &RunArgs) -> Result<Report> {
     if interrupted.load(Ordering::SeqCst) {
         bail!("interrupted");
     }
-    Ok(report(a, handshake_seconds, seconds, results, sink_report?))
+    let mut r = report(a, handshake_seconds, seconds, results, sink_report?);
+    r.machine_cpu = machine_cpu;
+    r.server_cores = server_cores;
+    Ok(r)
 }
 
 /// Each worker's random stream (Poisson gaps, start offsets).
@@ -512,6 +529,8 @@ fn report(
         late_share,
         warnings,
         sink_cores: sink.as_ref().map_or(0.0, |s| s.cpu_cores),
+        server_cores: None,
+        machine_cpu: Vec::new(),
         per_client,
     }
 }

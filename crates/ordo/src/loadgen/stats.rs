@@ -59,6 +59,60 @@ pub fn jain(xs: &[f64]) -> f64 {
     sum * sum / (xs.len() as f64 * squares)
 }
 
+/// One CPU's time over an interval, as shares of it (from /proc/stat).
+#[derive(Serialize, Deserialize, Default, Debug, Clone, PartialEq)]
+pub struct CoreCpu {
+    pub cpu: usize,
+    pub user: f64,
+    pub system: f64,
+    pub softirq: f64,
+    pub idle: f64,
+}
+
+/// Per-CPU jiffies: (user+nice, system, irq+softirq, idle+iowait, total).
+pub fn proc_stat() -> Vec<[u64; 5]> {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .map(|l| {
+            let v: Vec<u64> = l.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+            let g = |i: usize| v.get(i).copied().unwrap_or(0);
+            let total: u64 = v.iter().take(8).sum();
+            [g(0) + g(1), g(2), g(5) + g(6), g(3) + g(4), total]
+        })
+        .collect()
+}
+
+/// Each CPU's shares between two [`proc_stat`] readings.
+pub fn core_shares(before: &[[u64; 5]], after: &[[u64; 5]]) -> Vec<CoreCpu> {
+    before
+        .iter()
+        .zip(after)
+        .enumerate()
+        .map(|(cpu, (b, a))| {
+            let d = |i: usize| a[i].saturating_sub(b[i]) as f64;
+            let total = d(4).max(1.0);
+            CoreCpu {
+                cpu,
+                user: d(0) / total,
+                system: d(1) / total,
+                softirq: d(2) / total,
+                idle: d(3) / total,
+            }
+        })
+        .collect()
+}
+
+/// CPU time (user + system) of a process, in seconds; None if it is gone.
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some((f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64 / tick)
+}
+
 /// User plus system CPU time of this process, in seconds.
 pub fn cpu_seconds() -> f64 {
     // SAFETY: rusage is plain data; getrusage fills it.
@@ -86,6 +140,24 @@ mod tests {
         assert!((jain(&[5.0, 5.0, 5.0]) - 1.0).abs() < 1e-12);
         assert!((jain(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-12);
         assert!((jain(&[3.0, 1.0]) - 0.8).abs() < 1e-12);
+    }
+
+    #[test]
+    fn machine_cpu_shares_add_up() {
+        let before = proc_stat();
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed().as_millis() < 50 {
+            x = x.wrapping_mul(31).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let shares = core_shares(&before, &proc_stat());
+        assert!(!shares.is_empty());
+        for c in &shares {
+            let sum = c.user + c.system + c.softirq + c.idle;
+            assert!(sum <= 1.0 + 1e-9, "{c:?}");
+        }
+        assert!(process_cpu_seconds(std::process::id()).is_some());
     }
 
     #[test]
