@@ -42,11 +42,14 @@ lab-short: build
 	test -s lab/out/many-clients/report.md && test -s lab/out/many-clients/throughput-up.svg
 	lab/lab.sh inversion --short
 	test -s lab/out/inversion/report.md && test -s lab/out/inversion/cores.svg
+	lab/lab.sh many-tunnels --short
+	test -s lab/out/many-tunnels/report.md && test -s lab/out/many-tunnels/tunnels.svg
 
 lab: build
 	tests/install-deps.sh
 	lab/lab.sh many-clients
 	lab/lab.sh inversion
+	lab/lab.sh many-tunnels
 
 # The suite without the ~130 s rekey test.
 interop-quick: build

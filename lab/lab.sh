@@ -6,13 +6,15 @@
 #   lab/lab.sh many-clients [--short]   papers/000 figures 1, 6-9: 10 ... 1,000 clients
 #   lab/lab.sh inversion [--short]      execution order inversion made visible: Ordo's threaded
 #                                       model with delivery at SCHED_FIFO, beside the normal ones
+#   lab/lab.sh many-tunnels [--short]   papers/003 figures 4, 8, 9: two gateways, 1 ... 16 tunnels
+#                                       with one TCP flow each, one tunnel with 1 ... 8 flows
 #
 # --short: tens of clients, a few seconds a point (what `make test` runs). LAB_IMPLS narrows the
 # implementations; LAB_OUT changes the output directory. Run as root after a release build.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 source "$ROOT/tests/interop/lib.sh"
-SCENARIO=${1:?usage: lab/lab.sh many-clients|inversion [--short]}
+SCENARIO=${1:?usage: lab/lab.sh many-clients|inversion|many-tunnels [--short]}
 SHORT=0
 [[ ${2:-} == --short ]] && SHORT=1
 OUT=${LAB_OUT:-$ROOT/lab/out/$SCENARIO}
@@ -79,7 +81,119 @@ EOF
         "$(python3 -c "import json;print(json.load(open('$report'))['round_trip']['p99_us'])")"
 }
 
+# ---- many tunnels (papers/003): source -> gw1 => T tunnels => gw2 -> drain --------------------
+GW_NS=(lab-src lab-gw1 lab-gw2 lab-dst)
+
+gw_teardown() {
+    for ns in "${GW_NS[@]}"; do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
+    done
+    for ns in "${GW_NS[@]}"; do
+        for _ in $(seq 50); do [[ -z "$(ip netns pids "$ns" 2>/dev/null)" ]] && break; sleep 0.1; done
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    rm -f /var/run/wireguard/lgw*.sock
+}
+
+# Four hosts in a row: src (10.230.t.1 per tunnel t) - gw1 - gw2 - dst (10.220.t.2 per tunnel).
+gw_topology() {
+    gw_teardown
+    for ns in "${GW_NS[@]}"; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
+    ip link add s0 netns lab-src type veth peer name g1a netns lab-gw1
+    ip link add g1b netns lab-gw1 type veth peer name g2a netns lab-gw2
+    ip link add g2b netns lab-gw2 type veth peer name d0 netns lab-dst
+    local pair
+    for pair in "lab-src s0 10.240.1.1" "lab-gw1 g1a 10.240.1.2" "lab-gw1 g1b 10.240.2.1" \
+        "lab-gw2 g2a 10.240.2.2" "lab-gw2 g2b 10.240.3.1" "lab-dst d0 10.240.3.2"; do
+        set -- $pair
+        ip -n "$1" addr add "$3/24" dev "$2"
+        ip -n "$1" link set "$2" up
+    done
+    for gw in lab-gw1 lab-gw2; do ip netns exec "$gw" sysctl -qw net.ipv4.ip_forward=1; done
+    ip -n lab-src route add default via 10.240.1.2
+    ip -n lab-dst route add default via 10.240.3.1
+}
+
+# gw_tunnel IMPL T: tunnel number T between the gateways (a daemon of IMPL on each side).
+gw_tunnel() {
+    local impl=$1 t=$2 model=""
+    [[ $impl == ordo-* ]] && { model=${impl#ordo-}; impl=ordo; }
+    local k1 k2
+    k1=$(genkey); k2=$(genkey)
+    ORDO_MODEL=$model start_impl "$impl" lab-gw1 "lgw1t$t"
+    ORDO_MODEL=$model start_impl "$impl" lab-gw2 "lgw2t$t"
+    (umask 077; echo "$k1" >"$LOGDIR/k1"; echo "$k2" >"$LOGDIR/k2")
+    ip netns exec lab-gw1 wg set "lgw1t$t" private-key "$LOGDIR/k1" listen-port $((52000 + t)) \
+        peer "$(pubkey "$k2")" endpoint "10.240.2.2:$((53000 + t))" allowed-ips "10.220.$t.0/24"
+    ip netns exec lab-gw2 wg set "lgw2t$t" private-key "$LOGDIR/k2" listen-port $((53000 + t)) \
+        peer "$(pubkey "$k1")" endpoint "10.240.2.1:$((52000 + t))" allowed-ips "10.230.$t.0/24"
+    ip -n lab-gw1 link set "lgw1t$t" mtu 1420 up
+    ip -n lab-gw2 link set "lgw2t$t" mtu 1420 up
+    ip -n lab-gw1 route add "10.220.$t.0/24" dev "lgw1t$t"
+    ip -n lab-gw2 route add "10.230.$t.0/24" dev "lgw2t$t"
+    ip -n lab-gw1 route add "10.230.$t.0/24" via 10.240.1.1
+    ip -n lab-gw2 route add "10.220.$t.0/24" via 10.240.3.2
+    ip -n lab-src addr add "10.230.$t.1/32" dev s0
+    ip -n lab-dst addr add "10.220.$t.2/32" dev d0
+}
+
+# CPU time (user + system, in clock ticks) of every process in a namespace.
+ns_cpu() {
+    local total=0 t pid
+    for pid in $(ip netns pids "$1"); do
+        t=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)
+        total=$((total + t))
+    done
+    echo "$total"
+}
+
+# gw_point IMPL KIND N TUNNELS FLOWS: FLOWS TCP flows over each of TUNNELS tunnels for SECS;
+# one line of results.jsonl (aggregate throughput, the gateways' daemons' CPU, per-CPU shares).
+gw_point() {
+    local impl=$1 kind=$2 n=$3 tunnels=$4 flows=$5 t f port
+    gw_topology
+    for t in $(seq 1 "$tunnels"); do gw_tunnel "$impl" "$t"; done
+    for t in $(seq 1 "$tunnels"); do
+        ip netns exec lab-src ping -q -c 1 -w 10 -I "10.230.$t.1" "10.220.$t.2" >/dev/null
+        for f in $(seq 1 "$flows"); do
+            port=$((5200 + 10 * t + f))
+            ip netns exec lab-dst iperf3 -s -1 -B "10.220.$t.2" -p "$port" >/dev/null 2>&1 &
+            for _ in $(seq 50); do ip netns exec lab-dst ss -ltn | grep -q ":$port " && break; sleep 0.1; done
+        done
+    done
+    local stat0 cpu0 pids=()
+    stat0=$(cat /proc/stat)
+    cpu0=$(($(ns_cpu lab-gw1) + $(ns_cpu lab-gw2)))
+    for t in $(seq 1 "$tunnels"); do
+        for f in $(seq 1 "$flows"); do
+            ip netns exec lab-src iperf3 -c "10.220.$t.2" -B "10.230.$t.1" -p $((5200 + 10 * t + f)) \
+                -t "$SECS" -J >"$LOGDIR/flow-$t-$f.json" 2>/dev/null &
+            pids+=($!)
+        done
+    done
+    wait "${pids[@]}" || true
+    local cpu1
+    cpu1=$(($(ns_cpu lab-gw1) + $(ns_cpu lab-gw2)))
+    python3 "$ROOT/lab/gw_point.py" "$impl" "$kind" "$n" "$SECS" "$((cpu1 - cpu0))" "$(getconf CLK_TCK)" \
+        "$LOGDIR" "$stat0" >>"$OUT/results.jsonl"
+    rm -f "$LOGDIR"/flow-*.json
+    tail -1 "$OUT/results.jsonl" | python3 -c 'import json, sys
+r = json.load(sys.stdin)
+print("  %-14s %-8s %2d: %.2f Gbit/s, gateways %.2f cores" % (r["impl"], r["kind"], r["clients"],
+      r["report"]["up_gbit"], r["report"]["server_cores"]))'
+    gw_teardown
+}
+
 case $SCENARIO in
+    many-tunnels)
+        trap 'gw_teardown; teardown' EXIT
+        IMPLS=(${LAB_IMPLS:-ordo-pool ordo-inline wireguard-go boringtun})
+        if ((SHORT)); then TUNNELS=(1 2); FLOWS=(1 2); SECS=2; else TUNNELS=(1 2 4 8 16); FLOWS=(1 2 4 8); SECS=8; fi
+        for impl in "${IMPLS[@]}"; do
+            for t in "${TUNNELS[@]}"; do gw_point "$impl" tunnels "$t" "$t" 1; done
+            for f in "${FLOWS[@]}"; do gw_point "$impl" flows "$f" 1 "$f"; done
+        done
+        ;;
     many-clients)
         IMPLS=(${LAB_IMPLS:-ordo-pool ordo-inline ordo-threaded ordo-auto wireguard-go boringtun})
         if ((SHORT)); then COUNTS=(10 40); SECS=2; TOTAL=8000; else COUNTS=(10 100 1000); SECS=10; TOTAL=60000; fi
@@ -106,7 +220,7 @@ case $SCENARIO in
         done
         ;;
     *)
-        echo "unknown scenario $SCENARIO (many-clients, inversion)" >&2
+        echo "unknown scenario $SCENARIO (many-clients, inversion, many-tunnels)" >&2
         exit 2
         ;;
 esac
