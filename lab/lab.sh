@@ -137,16 +137,6 @@ gw_tunnel() {
     ip -n lab-dst addr add "10.220.$t.2/32" dev d0
 }
 
-# CPU time (user + system, in clock ticks) of every process in a namespace.
-ns_cpu() {
-    local total=0 t pid
-    for pid in $(ip netns pids "$1"); do
-        t=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)
-        total=$((total + t))
-    done
-    echo "$total"
-}
-
 # gw_point IMPL KIND N TUNNELS FLOWS: FLOWS TCP flows over each of TUNNELS tunnels for SECS;
 # one line of results.jsonl (aggregate throughput, the gateways' daemons' CPU, per-CPU shares).
 gw_point() {

@@ -23,16 +23,6 @@ CASES=(${BENCH_CASES:-tcp tcp-rev tcp4 udp})
 UDP_RATES=(0.1 0.25 0.5 1 1.5 2 2.5 3 4)
 trap teardown EXIT
 
-# CPU seconds (user + system) of every process in a namespace.
-ns_cpu() {
-    local total=0 t
-    for pid in $(ip netns pids "$1"); do
-        t=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)
-        total=$((total + t))
-    done
-    echo "$total"
-}
-
 # measure IMPL SECONDS IPERF_ARGS...: a fresh tunnel, one iperf3 run; prints
 # "Gbit/s daemon-cores retransmits-or-loss%".
 measure() {

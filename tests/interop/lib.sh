@@ -44,6 +44,16 @@ teardown() {
     rm -f "/var/run/wireguard/$IF_A.sock" "/var/run/wireguard/$IF_B.sock"
 }
 
+# ns_cpu NS: CPU time (user + system, in clock ticks) of every process in a namespace.
+ns_cpu() {
+    local total=0 t pid
+    for pid in $(ip netns pids "$1"); do
+        t=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)
+        total=$((total + t))
+    done
+    echo "$total"
+}
+
 # Two namespaces joined by a veth pair with IPv4 and IPv6 outer addresses.
 make_hosts() {
     teardown

@@ -266,6 +266,35 @@ pub fn coalesced_header(segments: &[&[u8]]) -> (Vec<u8>, usize) {
     (out, ft.hdr_len)
 }
 
+/// One segment's buffer: `headroom` zero bytes, the big packet's headers, the payload chunk,
+/// and room for the padding and tag that sealing adds.
+fn segment_copy(headers: &[u8], chunk: &[u8], headroom: usize) -> Vec<u8> {
+    let mut s = Vec::with_capacity(headroom + headers.len() + chunk.len() + 32);
+    s.resize(headroom, 0);
+    s.extend_from_slice(headers);
+    s.extend_from_slice(chunk);
+    s
+}
+
+/// Makes the IP header of a segment `q` its own: the length (IPv6: of everything after the
+/// fixed 40-byte header), and for IPv4 the ID and the header checksum. Returns the
+/// pseudo-header sum for the transport checksum of protocol `proto`.
+fn fix_segment_ip(q: &mut [u8], v6: bool, ip_len: usize, id: u16, proto: u8) -> u32 {
+    let total = q.len();
+    let l4 = total - ip_len;
+    if v6 {
+        q[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
+        sum16(sum16(0, &q[8..40]), &[0, 0, (l4 >> 8) as u8, l4 as u8, 0, 0, 0, proto])
+    } else {
+        q[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        q[4..6].copy_from_slice(&id.to_be_bytes());
+        q[10..12].fill(0);
+        let c = !fold(sum16(0, &q[..ip_len]));
+        q[10..12].copy_from_slice(&c.to_be_bytes());
+        sum16(sum16(0, &q[12..20]), &[0, proto, (l4 >> 8) as u8, l4 as u8])
+    }
+}
+
 /// Splits a packet the kernel handed over whole (TSO or USO) into wire-sized packets behind
 /// `headroom` zero bytes; false (and nothing appended) for one that does not match its header.
 pub fn segment(h: &VnetHdr, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>>) -> bool {
@@ -299,27 +328,10 @@ pub fn segment_uso(h: &VnetHdr, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>
     let hdr = ip_len + 8;
     let id = u16::from_be_bytes([p[4], p[5]]);
     for (i, chunk) in p[hdr..].chunks(h.gso_size as usize).enumerate() {
-        let mut s = Vec::with_capacity(headroom + hdr + chunk.len() + 32);
-        s.resize(headroom, 0);
-        s.extend_from_slice(&p[..hdr]);
-        s.extend_from_slice(chunk);
+        let mut s = segment_copy(&p[..hdr], chunk, headroom);
         let q = &mut s[headroom..];
-        let total = q.len();
-        let udp_len = total - ip_len;
-        let pseudo = if v6 {
-            q[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-            sum16(
-                sum16(0, &q[8..40]),
-                &[0, 0, (udp_len >> 8) as u8, udp_len as u8, 0, 0, 0, 17],
-            )
-        } else {
-            q[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-            q[4..6].copy_from_slice(&id.wrapping_add(i as u16).to_be_bytes());
-            q[10..12].fill(0);
-            let c = !fold(sum16(0, &q[..ip_len]));
-            q[10..12].copy_from_slice(&c.to_be_bytes());
-            sum16(sum16(0, &q[12..20]), &[0, 17, (udp_len >> 8) as u8, udp_len as u8])
-        };
+        let udp_len = q.len() - ip_len;
+        let pseudo = fix_segment_ip(q, v6, ip_len, id.wrapping_add(i as u16), 17);
         let u = &mut q[ip_len..];
         u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
         u[6..8].fill(0);
@@ -361,27 +373,9 @@ pub fn segment_tso(h: &VnetHdr, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>
     let flags = p[ip_len + 13];
     let n = payload.len().div_ceil(h.gso_size as usize).max(1);
     for (i, chunk) in payload.chunks(h.gso_size as usize).enumerate() {
-        let mut s = Vec::with_capacity(headroom + hdr + chunk.len() + 32);
-        s.resize(headroom, 0);
-        s.extend_from_slice(&p[..hdr]);
-        s.extend_from_slice(chunk);
+        let mut s = segment_copy(&p[..hdr], chunk, headroom);
         let q = &mut s[headroom..];
-        let total = q.len();
-        let tcp_len = total - ip_len;
-        let pseudo = if v6 {
-            q[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
-            sum16(
-                sum16(0, &q[8..40]),
-                &[0, 0, (tcp_len >> 8) as u8, tcp_len as u8, 0, 0, 0, 6],
-            )
-        } else {
-            q[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-            q[4..6].copy_from_slice(&id.wrapping_add(i as u16).to_be_bytes());
-            q[10..12].fill(0);
-            let c = !fold(sum16(0, &q[..ip_len]));
-            q[10..12].copy_from_slice(&c.to_be_bytes());
-            sum16(sum16(0, &q[12..20]), &[0, 6, (tcp_len >> 8) as u8, tcp_len as u8])
-        };
+        let pseudo = fix_segment_ip(q, v6, ip_len, id.wrapping_add(i as u16), 6);
         let t = &mut q[ip_len..];
         t[4..8].copy_from_slice(&seq.wrapping_add((i * h.gso_size as usize) as u32).to_be_bytes());
         // FIN and PSH belong to the last segment, CWR to the first.
