@@ -10,7 +10,9 @@
 #                                       with one TCP flow each, one tunnel with 1 ... 8 flows
 #
 # --short: tens of clients, a few seconds a point (what `make test` runs). LAB_IMPLS narrows the
-# implementations; LAB_OUT changes the output directory. Run as root after a release build.
+# implementations; LAB_OUT changes the output directory; LAB_COUNTS, LAB_TOTAL and LAB_ADDRS
+# change the many-clients grid (client counts, packets/s offered at the top count, client
+# source addresses). Run as root after a release build.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 source "$ROOT/tests/interop/lib.sh"
@@ -24,7 +26,7 @@ trap teardown EXIT
 
 # Client outer addresses: WireGuard rate-limits handshakes per source address, and the papers'
 # clients came from many machines.
-ADDRS=32
+ADDRS=${LAB_ADDRS:-32}
 
 # lab_server IMPL CLIENTS: B runs the server, configured for CLIENTS clients from
 # `ordo loadgen setup`; A gets the clients' outer addresses. IMPL: wireguard-go, boringtun,
@@ -187,6 +189,9 @@ case $SCENARIO in
     many-clients)
         IMPLS=(${LAB_IMPLS:-ordo-pool ordo-inline ordo-threaded ordo-auto wireguard-go boringtun})
         if ((SHORT)); then COUNTS=(10 40); SECS=2; TOTAL=8000; else COUNTS=(10 100 1000); SECS=10; TOTAL=60000; fi
+        # LAB_COUNTS / LAB_TOTAL (packets/s offered at the top count) change the grid.
+        [[ -n ${LAB_COUNTS:-} ]] && read -ra COUNTS <<<"$LAB_COUNTS"
+        TOTAL=${LAB_TOTAL:-$TOTAL}
         # A fixed per-client rate, so that the machine saturates near the top count (the
         # papers' 25 Mbps per client); upload and download measured one after the other.
         RATE=$((TOTAL / COUNTS[-1]))

@@ -122,7 +122,7 @@ impl Topology {
     }
 }
 
-/// The CPUs this process may run on.
+/// The CPUs the calling thread may run on (at start-up: those of the process).
 pub fn allowed_cpus() -> Cpus {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -153,11 +153,6 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// The CPUs the calling thread may run on (for tests and `ordo show`).
-pub fn current_thread_cpus() -> Cpus {
-    allowed_cpus()
 }
 
 #[cfg(test)]
@@ -212,7 +207,11 @@ pub(crate) mod tests {
         let first = allowed_cpus()[0];
         std::thread::spawn(move || {
             pin_current_thread(&[first]).unwrap();
-            assert_eq!(current_thread_cpus(), vec![first]);
+            assert_eq!(
+                allowed_cpus(),
+                vec![first],
+                "allowed_cpus reads the calling thread's set"
+            );
         })
         .join()
         .unwrap();
