@@ -255,9 +255,6 @@ pub fn worker(mut clients: Vec<Client>, plan: Plan, phase: &AtomicU8, live: &Liv
                 break;
             }
             due.pop();
-            if now.duration_since(at) > Duration::from_millis(1) {
-                late += 1;
-            }
             let c = &mut clients[i];
             if plan.rr {
                 if let Some((_, sent)) = c.outstanding {
@@ -277,6 +274,11 @@ pub fn worker(mut clients: Vec<Client>, plan: Plan, phase: &AtomicU8, live: &Liv
             }
             c.sent += 1;
             live.sent.fetch_add(1, Ordering::Relaxed);
+            // Late: a send that left more than a millisecond after it was due (a round trip
+            // waiting for its response is not late).
+            if now.duration_since(at) > Duration::from_millis(1) {
+                late += 1;
+            }
             let next = if plan.rr && plan.up_rate == 0 {
                 Duration::from_micros(50)
             } else {
