@@ -31,8 +31,8 @@ use std::time::{Instant, SystemTime};
 
 /// Where the data plane's packets go: the kernel (TUN queues and UDP sockets, see
 /// `kernel.rs`) or memory (`ordo bench`). Reading is the caller's: it hands batches to
-/// [`DataPlane::dispatch_inbound`] and [`DataPlane::dispatch_outbound`]. `queue` is the
-/// writing thread's queue (its own TUN queue and sockets in the inline model).
+/// [`DataPlane::dispatch_inbound`] and [`DataPlane::dispatch_outbound`]. `queue` picks the
+/// TUN queue and sockets: a peer's own queue for its packets, whichever thread writes them.
 pub trait Io: Send + Sync + Sized + 'static {
     /// Writes the accepted inner packets of a delivery run, in order: `accepted` lists
     /// (batch, packet, length), the packet being at `DATA_HEADER_LEN..` of its buffer.
@@ -57,7 +57,8 @@ pub struct IoCounters {
     pub tun_coalesced_packets: AtomicU64,
 }
 
-/// A data-plane thread: its counters and the queue it writes to.
+/// A data-plane thread: its counters, and for a dispatching thread its queue (where the
+/// control messages it produces are sent from; packets go by their peer's queue).
 pub struct Ctx {
     pub stats: Arc<ThreadStats>,
     pub queue: usize,
@@ -106,19 +107,18 @@ impl<I: Io> DataPlane<I> {
     /// Starts the crypto pools, each worker on the CPUs of its place in the plan.
     pub fn start(self: &Arc<Self>) {
         let mut senders = Vec::new();
-        let queues = self.plan.queues.len();
         let mut n = 0;
         for (node, places) in &self.plan.pools {
             let (tx, rx) = crossbeam_channel::bounded(JOB_QUEUE);
             for place in places {
                 let (plane, rx, cpus) = (self.clone(), rx.clone(), place.cpus.clone());
                 let name = format!("worker{n}");
-                let queue = n % queues;
                 std::thread::Builder::new()
                     .name(format!("ordo-{name}-n{node}"))
                     .spawn(move || {
                         pin(&cpus);
-                        let ctx = plane.register(&name, queue);
+                        // Workers dispatch nothing: their queue is never used.
+                        let ctx = plane.register(&name, 0);
                         worker(plane, rx, ctx)
                     })
                     .expect("spawn");
