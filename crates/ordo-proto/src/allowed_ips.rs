@@ -4,7 +4,10 @@
 //! a lookup touches only the lengths that hold entries, which are few in practice.
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
-use std::collections::HashMap;
+// Lookups hash on every packet: a fast hasher, not SipHash. Keys are prefixes from the
+// configuration; a packet can choose what it looks up but not what the table holds, so
+// collisions cannot be forced.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::net::IpAddr;
 
 #[derive(Clone)]
@@ -18,7 +21,7 @@ struct Family<T> {
 impl<T: Copy + Eq> Family<T> {
     fn new(bits: usize) -> Self {
         Family {
-            by_len: vec![HashMap::new(); bits + 1],
+            by_len: vec![HashMap::default(); bits + 1],
             in_use: Vec::new(),
         }
     }

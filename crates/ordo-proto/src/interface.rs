@@ -183,20 +183,20 @@ pub enum Received {
     Dropped(DropReason),
 }
 
-/// A data message opened outside the core (by a data-plane worker), for
-/// [`Interface::accept_data`] to accept in order.
-pub struct Opened<'a> {
-    pub peer: PeerId,
-    pub session: &'a Arc<Session>,
+/// One of a run of data messages of one session, opened outside the core, for
+/// [`Interface::accept_data_run`].
+pub struct OpenedMessage<'a> {
     /// The message's counter (its nonce), for the replay window.
     pub counter: u64,
-    /// Where it came from: the peer's endpoint if it is accepted.
+    /// Where it came from: the peer's endpoint if it is accepted (the run's last one wins).
     pub src: SocketAddr,
     /// The whole datagram's length, for the transfer counters.
     pub datagram_len: usize,
+    /// The decrypted payload, possibly padded.
+    pub plain: &'a [u8],
 }
 
-/// An authentic data message, accepted by [`Interface::accept_data`].
+/// An authentic data message, accepted by [`Interface::accept_data_run`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accepted {
     Keepalive,
@@ -229,7 +229,8 @@ pub struct Interface {
     peers: BTreeMap<PeerId, Peer>,
     by_key: HashMap<PublicKey, PeerId>,
     /// Receiver index -> peer, for pending handshakes and live sessions alike.
-    indices: HashMap<u32, PeerId>,
+    /// Looked up on every received message; we draw the indices, so a fast hasher is safe.
+    indices: HashMap<u32, PeerId, foldhash::fast::RandomState>,
     allowed_ips: AllowedIps<PeerId>,
     transmits: VecDeque<Transmit>,
     next_peer_id: u64,
@@ -260,7 +261,7 @@ impl Interface {
             checker: None,
             peers: BTreeMap::new(),
             by_key: HashMap::new(),
-            indices: HashMap::new(),
+            indices: HashMap::default(),
             allowed_ips: AllowedIps::default(),
             transmits: VecDeque::new(),
             next_peer_id: 1,
@@ -477,15 +478,16 @@ impl Interface {
         }
         let (counter, len) = session.open_in_place(buf).map_err(|_| DropReason::DecryptFailed)?;
         let plain = &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + len];
-        // accept_data counts its own drops; do not count them twice.
-        let opened = Opened {
-            peer: id,
-            session: &session,
+        // accept_data_run counts its own drops; the caller counts ours: do not count them twice.
+        let message = OpenedMessage {
             counter,
             src,
             datagram_len: buf.len(),
+            plain,
         };
-        match self.accept_data_inner(now, wall, &opened, plain)? {
+        let mut verdict = Err(DropReason::UnknownReceiver);
+        self.accept_run_uncounted(now, wall, id, &session, [message], |v| verdict = v);
+        match verdict? {
             Accepted::Keepalive => Ok(Received::Keepalive(id)),
             Accepted::Packet { len } => Ok(Received::Packet {
                 peer: id,
@@ -496,29 +498,38 @@ impl Interface {
 
     /// The session a data message for `receiver` would be opened with. The data plane opens
     /// it outside the interface's lock ([`Session::open_in_place`]) and then hands the result
-    /// to [`Self::accept_data`], in the order the peer's messages arrived.
+    /// to [`Self::accept_data_run`], in the order the peer's messages arrived.
     pub fn receiving_session(&self, receiver: u32) -> Option<(PeerId, Arc<Session>)> {
         let id = *self.indices.get(&receiver)?;
         let (_, s) = self.peers.get(&id)?.sessions.by_index(receiver)?;
         Some((id, s.clone()))
     }
 
-    /// Everything that follows a successful open of one data message: the replay window,
-    /// key confirmation, roaming, byte counts, timers, and the inner packet's checks. `plain`
-    /// is the decrypted payload (possibly padded); on success the inner packet is its first
-    /// `len` bytes. Drops are counted.
-    pub fn accept_data(
+    /// Everything that follows a successful open of a run of one session's data messages,
+    /// given in the order they arrived: for each message the replay window and the inner
+    /// packet's checks (header, allowed IPs); once for the run the peer's part (roaming, byte
+    /// counts, timers, key confirmation, rekey), as the data plane delivers a batch.
+    /// `verdict` gets each message's fate, in order; an accepted inner packet is the first
+    /// `len` bytes of its `plain`. Drops are counted.
+    pub fn accept_data_run<'a>(
         &mut self,
         now: Instant,
         wall: SystemTime,
-        m: &Opened,
-        plain: &[u8],
-    ) -> Result<Accepted, DropReason> {
-        let r = self.accept_data_inner(now, wall, m, plain);
-        if let Err(reason) = r {
+        peer: PeerId,
+        session: &Arc<Session>,
+        messages: impl IntoIterator<Item = OpenedMessage<'a>>,
+        mut verdict: impl FnMut(Result<Accepted, DropReason>),
+    ) {
+        let mut drops = Vec::new();
+        self.accept_run_uncounted(now, wall, peer, session, messages, |v| {
+            if let Err(reason) = v {
+                drops.push(reason);
+            }
+            verdict(v)
+        });
+        for reason in drops {
             self.stats.drop(reason);
         }
-        r
     }
 
     /// Counts a drop that happened outside the core (a data-plane worker failed to open a
@@ -527,46 +538,75 @@ impl Interface {
         self.stats.drop(reason);
     }
 
-    fn accept_data_inner(
+    fn accept_run_uncounted<'a>(
         &mut self,
         now: Instant,
         wall: SystemTime,
-        m: &Opened,
-        plain: &[u8],
-    ) -> Result<Accepted, DropReason> {
-        let (id, session, counter, src, datagram_len) = (m.peer, m.session, m.counter, m.src, m.datagram_len);
-        let peer = self.peers.get_mut(&id).ok_or(DropReason::UnknownReceiver)?;
+        id: PeerId,
+        session: &Arc<Session>,
+        messages: impl IntoIterator<Item = OpenedMessage<'a>>,
+        mut verdict: impl FnMut(Result<Accepted, DropReason>),
+    ) {
+        let Some(peer) = self.peers.get_mut(&id) else {
+            messages
+                .into_iter()
+                .for_each(|_| verdict(Err(DropReason::UnknownReceiver)));
+            return;
+        };
         // The session may have been rotated out or erased since it was looked up.
         let slot = match peer.sessions.by_index(session.local_index) {
             Some((slot, s)) if Arc::ptr_eq(s, session) => slot,
-            _ => return Err(DropReason::UnknownReceiver),
+            _ => {
+                messages
+                    .into_iter()
+                    .for_each(|_| verdict(Err(DropReason::UnknownReceiver)));
+                return;
+            }
         };
         if session.expired(now) {
-            return Err(DropReason::ExpiredSession);
+            messages
+                .into_iter()
+                .for_each(|_| verdict(Err(DropReason::ExpiredSession)));
+            return;
         }
-        if !session.accept_counter(counter) {
-            return Err(DropReason::Replay);
+        let (mut authentic, mut data, mut last_src) = (false, false, None);
+        {
+            let mut window = session.replay_window();
+            for m in messages {
+                if !window.accept(m.counter) {
+                    verdict(Err(DropReason::Replay));
+                    continue;
+                }
+                // Authentic and fresh from here on.
+                authentic = true;
+                last_src = Some(m.src);
+                peer.rx_bytes += m.datagram_len as u64;
+                if m.plain.is_empty() {
+                    verdict(Ok(Accepted::Keepalive));
+                    continue;
+                }
+                data = true;
+                verdict(match packet::parse(m.plain) {
+                    None => Err(DropReason::InnerMalformed),
+                    Some(h) if self.allowed_ips.lookup(h.src) != Some(id) => Err(DropReason::AllowedIpsMismatch),
+                    Some(h) => Ok(Accepted::Packet { len: h.total_len }),
+                });
+            }
         }
-
-        // Authentic and fresh from here on.
-        peer.endpoint = Some(src);
-        peer.rx_bytes += datagram_len as u64;
+        if !authentic {
+            return;
+        }
+        peer.endpoint = last_src;
         peer.timers.any_authenticated_packet_received();
         peer.timers.any_authenticated_packet_traversal(now);
         if slot == Slot::Next {
             self.confirm_next_session(id, now, wall);
         }
         self.keep_key_fresh_on_receive(id, now, wall);
-        let peer = self.peers.get_mut(&id).expect("peer exists");
-        if plain.is_empty() {
-            return Ok(Accepted::Keepalive);
+        if data {
+            let peer = self.peers.get_mut(&id).expect("peer exists");
+            peer.timers.data_received(now);
         }
-        peer.timers.data_received(now);
-        let header = packet::parse(plain).ok_or(DropReason::InnerMalformed)?;
-        if self.allowed_ips.lookup(header.src) != Some(id) {
-            return Err(DropReason::AllowedIpsMismatch);
-        }
-        Ok(Accepted::Packet { len: header.total_len })
     }
 
     /// The initiator sent on the session we answered: it becomes current (key confirmation).

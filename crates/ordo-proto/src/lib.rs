@@ -36,7 +36,7 @@ pub mod steering;
 pub mod timers;
 
 pub use interface::{
-    seal_packet, Accepted, DropReason, Interface, Opened, Received, Sent, Stats, Transmit, SEND_HEADROOM,
+    seal_packet, Accepted, DropReason, Interface, OpenedMessage, Received, Sent, Stats, Transmit, SEND_HEADROOM,
 };
 pub use keys::{KeyError, PresharedKey, PrivateKey, PublicKey};
 pub use peer::{Peer, PeerId};

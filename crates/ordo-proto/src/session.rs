@@ -95,6 +95,11 @@ impl Session {
     pub fn accept_counter(&self, counter: u64) -> bool {
         self.replay.lock().unwrap_or_else(|p| p.into_inner()).accept(counter)
     }
+
+    /// The replay window, held for a run of counters (one lock for the run).
+    pub fn replay_window(&self) -> std::sync::MutexGuard<'_, ReplayWindow> {
+        self.replay.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,8 +1,11 @@
 //! Two protocol cores talking to each other through a fake network and a fake clock: the
 //! handshake, transport, and every timer of the whitepaper, with no socket and no sleep.
 
+use ordo_proto::messages::{DataHeader, DATA_HEADER_LEN};
 use ordo_proto::timers::*;
-use ordo_proto::{DropReason, Interface, PeerId, PresharedKey, PrivateKey, Received, Sent, SEND_HEADROOM};
+use ordo_proto::{
+    Accepted, DropReason, Interface, OpenedMessage, PeerId, PresharedKey, PrivateKey, Received, Sent, SEND_HEADROOM,
+};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use std::net::SocketAddr;
@@ -249,6 +252,78 @@ fn tampered_data_is_dropped_and_does_not_move_the_window() {
     assert!(
         matches!(n.deliver(true, real), Received::Packet { .. }),
         "the authentic packet still arrives"
+    );
+}
+
+/// The data plane's path: messages opened outside the core, accepted as one run. Each gets
+/// its own verdict in order (replay window, allowed IPs, keepalive), the drops are counted
+/// by reason, and the peer's part is done once: the endpoint roams to the run's last source,
+/// the bytes of every authentic message are counted.
+#[test]
+fn a_run_of_opened_messages_gets_a_verdict_each() {
+    let mut n = established();
+    // A seals; nothing reaches B but through the run below.
+    let seal = |n: &mut Net, src: [u8; 4], payload: &[u8]| {
+        let (now, wall) = (n.now, n.wall());
+        if payload.is_empty() {
+            n.a.send_keepalive(n.pa, now, wall);
+            return n.a.poll_transmit().expect("a keepalive").payload;
+        }
+        let packet = ipv4(src, [10, 0, 0, 2], payload);
+        let mut out = vec![0u8; packet.len() + SEND_HEADROOM];
+        let Sent::Data { len, .. } = n.a.send(now, wall, &packet, &mut out) else {
+            panic!("A has a session");
+        };
+        out.truncate(len);
+        out
+    };
+    let mut good = seal(&mut n, [10, 0, 0, 1], b"fresh");
+    let mut replayed = n.wire_from_a.last().unwrap().clone(); // "hello", delivered before
+    let mut keepalive = seal(&mut n, [10, 0, 0, 1], b"");
+    let mut spoofed = seal(&mut n, [10, 9, 9, 9], b"spoof");
+    let (id, session) = n.b.receiving_session(DataHeader::parse(&good).receiver).unwrap();
+    let roamed: SocketAddr = "198.51.100.7:4242".parse().unwrap();
+    let rx_before = n.b.peer(n.pb).unwrap().rx_bytes;
+    let drops_before = n.b.stats.dropped(DropReason::Replay);
+    let mut opened = Vec::new();
+    for m in [&mut good, &mut replayed, &mut keepalive, &mut spoofed] {
+        let (counter, len) = session.open_in_place(m).unwrap();
+        opened.push((counter, m.len(), len));
+    }
+    let bufs = [&good, &replayed, &keepalive, &spoofed];
+    let moved: SocketAddr = "198.51.100.6:4242".parse().unwrap();
+    let sources = [moved, moved, moved, roamed];
+    let messages = opened
+        .iter()
+        .zip(bufs)
+        .zip(sources)
+        .map(|((&(counter, datagram_len, len), buf), src)| OpenedMessage {
+            counter,
+            src,
+            datagram_len,
+            plain: &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + len],
+        });
+    let mut verdicts = Vec::new();
+    let (now, wall) = (n.now, n.wall());
+    n.b.accept_data_run(now, wall, id, &session, messages, |v| verdicts.push(v));
+    assert_eq!(
+        verdicts,
+        vec![
+            Ok(Accepted::Packet { len: 25 }),
+            Err(DropReason::Replay),
+            Ok(Accepted::Keepalive),
+            Err(DropReason::AllowedIpsMismatch),
+        ]
+    );
+    assert_eq!(n.b.stats.dropped(DropReason::Replay), drops_before + 1);
+    assert_eq!(n.b.stats.dropped(DropReason::AllowedIpsMismatch), 1);
+    let peer = n.b.peer(n.pb).unwrap();
+    assert_eq!(peer.endpoint, Some(roamed), "the run's last source is the endpoint");
+    let authentic = (good.len() + keepalive.len() + spoofed.len()) as u64;
+    assert_eq!(
+        peer.rx_bytes - rx_before,
+        authentic,
+        "every authentic message is counted"
     );
 }
 

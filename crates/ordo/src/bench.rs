@@ -12,7 +12,7 @@
 
 use crate::device::batch::{Datagram, BATCH};
 use crate::device::model::{Model, Plan, PlaneConfig};
-use crate::device::pipeline::{DataPlane, InboundBatch, Io};
+use crate::device::pipeline::{Ctx, DataPlane, InboundBatch, Io};
 use anyhow::{bail, Result};
 use ordo_proto::messages::DATA_HEADER_LEN;
 use ordo_proto::{Interface, PrivateKey, Sent, SEND_HEADROOM};
@@ -20,7 +20,8 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use serde::Serialize;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Counts what the data plane sends and delivers; keeps nothing.
@@ -56,12 +57,18 @@ pub struct Options {
     pub size: usize,
     pub workers: usize,
     pub packets: usize,
+    /// Each phase runs this many times, each time beside its ceilings; figures are medians.
+    pub rounds: usize,
 }
 
-#[derive(Serialize)]
+/// One phase's figures: each the median over the rounds (the ratios are taken per round,
+/// against the ceilings measured right after that round, then their median).
+#[derive(Serialize, Clone, Copy, Default)]
 pub struct Phase {
     pub phase: &'static str,
+    /// Per round.
     pub packets: u64,
+    pub rounds: usize,
     pub seconds: f64,
     pub gbit_per_s: f64,
     pub mpps: f64,
@@ -71,6 +78,13 @@ pub struct Phase {
     pub aead_ceiling_gbit_per_s: f64,
     /// gbit_per_s_per_worker / aead_ceiling_gbit_per_s.
     pub per_worker_vs_ceiling: f64,
+    /// gbit_per_s / aead_ceiling_gbit_per_s: what the threads together make of one core.
+    pub vs_one_core_ceiling: f64,
+    /// The same loop on every crypto thread's CPU at once: what this machine's cores give
+    /// together when all are busy (shared caches, clocks and neighbours included).
+    pub aead_ceiling_all_threads_gbit_per_s: f64,
+    /// gbit_per_s / aead_ceiling_all_threads_gbit_per_s.
+    pub vs_all_threads_ceiling: f64,
 }
 
 #[derive(Serialize)]
@@ -107,8 +121,37 @@ fn packet(src: [u8; 4], dst: [u8; 4], size: usize) -> Vec<u8> {
 
 const SERVER_IP: [u8; 4] = [10, 0, 0, 1];
 
-/// Seals (or opens) `size`-byte packets in a plain loop on this thread: the ceiling.
-fn aead_ceiling(size: usize, open: bool) -> f64 {
+/// The ceiling: `size`-byte packets sealed (or opened) in a plain loop, `each` packets on each
+/// of `cpus` by a thread pinned there, all at once; Gbit/s of inner packets, timed like a
+/// round of the pipeline (the same work split over its threads, until the last is done), so
+/// that a thread slowed by a neighbour weighs on both sides alike.
+fn aead_ceiling(size: usize, open: bool, cpus: &[usize], each: usize) -> f64 {
+    let ready = Barrier::new(cpus.len());
+    let slowest = std::thread::scope(|scope| {
+        let loops: Vec<_> = cpus
+            .iter()
+            .map(|&cpu| {
+                let ready = &ready;
+                std::thread::Builder::new()
+                    .name(format!("ceiling{cpu}"))
+                    .spawn_scoped(scope, move || {
+                        let _ = crate::device::topology::pin_current_thread(&[cpu]);
+                        aead_loop(size, open, each, ready)
+                    })
+                    .expect("spawn an AEAD loop")
+            })
+            .collect();
+        loops
+            .into_iter()
+            .map(|l| l.join().expect("AEAD loop"))
+            .max()
+            .unwrap_or_default()
+    });
+    (cpus.len() * each * size * 8) as f64 / slowest.as_secs_f64().max(1e-9) / 1e9
+}
+
+/// One thread's AEAD loop over a single hot buffer, `count` packets; how long it took.
+fn aead_loop(size: usize, open: bool, count: usize, ready: &Barrier) -> Duration {
     let now = Instant::now();
     let keys = |s, r, we| ordo_proto::handshake::SessionKeys {
         send: zeroize::Zeroizing::new([s; 32]),
@@ -128,25 +171,27 @@ fn aead_ceiling(size: usize, open: bool) -> f64 {
         a.seal_at(0, padded, &mut m);
         m
     };
+    ready.wait();
     let start = Instant::now();
-    let mut n = 0u64;
-    while start.elapsed() < Duration::from_millis(400) {
-        for _ in 0..256 {
-            if open {
-                buf.copy_from_slice(&sealed);
-                std::hint::black_box(b.open_in_place(&mut buf).ok());
-            } else {
-                a.seal_at(n, padded, &mut buf);
-            }
-            n += 1;
+    for n in 0..count as u64 {
+        if open {
+            buf.copy_from_slice(&sealed);
+            std::hint::black_box(b.open_in_place(&mut buf).ok());
+        } else {
+            a.seal_at(n, padded, &mut buf);
         }
     }
-    (n * size as u64 * 8) as f64 / start.elapsed().as_secs_f64() / 1e9
+    start.elapsed()
 }
 
 pub fn run(o: &Options) -> Result<Report> {
-    if o.peers == 0 || o.peers > 65_000 || !(28..=65_000).contains(&o.size) || o.packets == 0 {
-        bail!("bench: --peers must be 1..65000, --size 28..65000 bytes, --packets at least 1");
+    if o.peers == 0
+        || o.peers > 65_000
+        || !(28..=65_000).contains(&o.size)
+        || o.packets == 0
+        || !(1..=100).contains(&o.rounds)
+    {
+        bail!("bench: --peers must be 1..65000, --size 28..65000 bytes, --packets at least 1, --rounds 1..100");
     }
     let t0 = Instant::now();
     let wall = SystemTime::now();
@@ -170,10 +215,16 @@ pub fn run(o: &Options) -> Result<Report> {
         Model::Pool | Model::Threaded => plan.workers(),
     }
     .min(plan.cpus.len());
+    // The CPUs the crypto threads run on, for the all-threads ceiling; and the queues' CPUs,
+    // where the device pins its queue threads (the dispatchers here stand in for them).
+    let ceiling_cpus: Vec<usize> = plan.cpus.iter().copied().take(crypto_threads).collect();
+    let queue_cpus = if o.model.has_queues() {
+        plan.queues.clone()
+    } else {
+        Vec::new()
+    };
     let plane = DataPlane::new(core, MemIo::default(), plan);
     plane.start();
-    // The auto model decides from measured load: let it, as the device's timer thread does.
-    let placing = std::sync::atomic::AtomicBool::new(o.model == Model::Auto);
 
     // Real handshakes, in memory: each client initiates and confirms its session.
     let server_pub = server_key.public_key();
@@ -212,112 +263,41 @@ pub fn run(o: &Options) -> Result<Report> {
         clients.push((c, client_addr));
     }
 
-    let mut phases = Vec::new();
-
     // Seal: packets to every peer, round robin, through the read stage (each dispatcher
-    // takes the peers of its queue).
+    // takes the peers of its queue). Open: messages from every peer, made beforehand by the
+    // peers' own cores. Each round is followed by its ceilings, so that a ratio compares
+    // figures taken a moment apart on this shared machine.
     let templates: Vec<Vec<u8>> = (0..o.peers).map(|i| packet(SERVER_IP, client_ip(i), o.size)).collect();
-    let share = |d: usize| (0..o.packets).filter(|k| (k % o.peers) % dispatchers == d).count();
-    let start = Instant::now();
-    std::thread::scope(|scope| {
-        if placing.load(Ordering::Relaxed) {
-            scope.spawn(|| place_while(&plane, &placing));
-        }
-        let handles: Vec<_> = (0..dispatchers)
-            .map(|d| {
-                let (plane, templates) = (&plane, &templates);
-                let own: Vec<usize> = (0..o.peers).filter(|i| i % dispatchers == d).collect();
-                let total = share(d);
-                scope.spawn(move || {
-                    let ctx = plane.register(&format!("bench{d}"), d);
-                    let mut made = 0;
-                    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
-                    while made < total {
-                        for _ in 0..BATCH.min(total - made) {
-                            let t = &templates[own[made % own.len()]];
-                            let mut b = Vec::with_capacity(DATA_HEADER_LEN + t.len() + 32);
-                            b.resize(DATA_HEADER_LEN, 0);
-                            b.extend_from_slice(t);
-                            batch.push(b);
-                            made += 1;
-                        }
-                        plane.dispatch_outbound(&mut batch, &ctx);
-                    }
-                })
-            })
-            .collect();
-        handles.into_iter().for_each(|h| h.join().expect("dispatcher"));
-        placing.store(false, Ordering::Relaxed);
-    });
-    wait_for(
-        || plane.io.sent.load(Ordering::Relaxed) >= o.packets as u64,
-        "sealed messages",
-    )?;
-    phases.push(phase(
-        "seal",
-        o,
-        crypto_threads,
-        start.elapsed(),
-        aead_ceiling(o.size, false),
-    ));
-
-    // Open: messages from every peer, made beforehand by the peers' own cores.
-    let mut messages: Vec<Vec<Datagram>> = (0..dispatchers).map(|_| Vec::new()).collect();
     let per_peer: Vec<Vec<u8>> = (0..o.peers).map(|i| packet(client_ip(i), SERVER_IP, o.size)).collect();
-    let mut out = vec![0u8; o.size + SEND_HEADROOM];
-    for k in 0..o.packets {
-        let (c, addr) = &mut clients[k % o.peers];
-        if let Sent::Data { len, .. } = c.send(t0, wall, &per_peer[k % o.peers], &mut out) {
-            messages[(k % o.peers) % dispatchers].push(Datagram {
-                data: bytes::BytesMut::from(&out[..len]),
-                src: *addr,
-            });
+    let mut seal_rounds = Vec::new();
+    let mut open_rounds = Vec::new();
+    for round in 1..=o.rounds as u64 {
+        let sent = || plane.io.sent.load(Ordering::Relaxed) >= round * o.packets as u64;
+        let took = seal_round(&plane, o, dispatchers, &queue_cpus, &templates, sent)?;
+        seal_rounds.push(phase("seal", o, crypto_threads, took, &ceiling_cpus));
+
+        let mut messages: Vec<Vec<Datagram>> = (0..dispatchers).map(|_| Vec::new()).collect();
+        let mut out = vec![0u8; o.size + SEND_HEADROOM];
+        for k in 0..o.packets {
+            let (c, addr) = &mut clients[k % o.peers];
+            if let Sent::Data { len, .. } = c.send(t0, wall, &per_peer[k % o.peers], &mut out) {
+                messages[(k % o.peers) % dispatchers].push(Datagram {
+                    data: bytes::BytesMut::from(&out[..len]),
+                    src: *addr,
+                });
+            }
         }
-    }
-    if messages.iter().map(Vec::len).sum::<usize>() != o.packets {
-        bail!("bench: the peers could not seal every message");
-    }
-    let start = Instant::now();
-    placing.store(o.model == Model::Auto, Ordering::Relaxed);
-    std::thread::scope(|scope| {
-        if placing.load(Ordering::Relaxed) {
-            scope.spawn(|| place_while(&plane, &placing));
+        if messages.iter().map(Vec::len).sum::<usize>() != o.packets {
+            bail!("bench: the peers could not seal every message");
         }
-        let handles: Vec<_> = messages
-            .into_iter()
-            .enumerate()
-            .map(|(d, list)| {
-                let plane = &plane;
-                scope.spawn(move || {
-                    let ctx = plane.register(&format!("bench{d}"), d);
-                    let mut it = list.into_iter();
-                    loop {
-                        let mut batch: Vec<Datagram> = it.by_ref().take(BATCH).collect();
-                        if batch.is_empty() {
-                            break;
-                        }
-                        plane.dispatch_inbound(&mut batch, 0, &ctx);
-                    }
-                })
-            })
-            .collect();
-        handles.into_iter().for_each(|h| h.join().expect("dispatcher"));
-        placing.store(false, Ordering::Relaxed);
-    });
-    wait_for(
-        || plane.io.delivered.load(Ordering::Relaxed) >= o.packets as u64,
-        "opened messages",
-    )?;
-    phases.push(phase(
-        "open",
-        o,
-        crypto_threads,
-        start.elapsed(),
-        aead_ceiling(o.size, true),
-    ));
+        let delivered = || plane.io.delivered.load(Ordering::Relaxed) >= round * o.packets as u64;
+        let took = open_round(&plane, messages, &queue_cpus, delivered)?;
+        open_rounds.push(phase("open", o, crypto_threads, took, &ceiling_cpus));
+    }
+    let phases = vec![median_phase(&seal_rounds), median_phase(&open_rounds)];
     // Every packet went through the replay window and allowed-IPs check and was delivered.
     let dropped: u64 = plane.core().stats.drops.values().sum();
-    if dropped != 0 || plane.io.delivered.load(Ordering::Relaxed) != o.packets as u64 {
+    if dropped != 0 || plane.io.delivered.load(Ordering::Relaxed) != (o.rounds * o.packets) as u64 {
         bail!("bench: {dropped} packets were dropped; the figures would not be honest");
     }
     let counters = plane.stats.counters();
@@ -360,7 +340,7 @@ fn thread_cpus(tid: i32) -> String {
 }
 
 /// Runs the placement decisions while the flag is set, as the device's timer thread does.
-fn place_while(plane: &DataPlane<MemIo>, running: &std::sync::atomic::AtomicBool) {
+fn place_while(plane: &DataPlane<MemIo>, running: &AtomicBool) {
     while running.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
         let _ = plane.rebalance(Instant::now(), SystemTime::now());
@@ -378,39 +358,195 @@ fn wait_for(done: impl Fn() -> bool, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn phase(name: &'static str, o: &Options, crypto_threads: usize, took: Duration, ceiling: f64) -> Phase {
+/// One round's figures, with the ceilings measured right after it.
+fn phase(name: &'static str, o: &Options, crypto_threads: usize, took: Duration, cpus: &[usize]) -> Phase {
+    let open = name == "open";
+    // Each ceiling thread does what each crypto thread of the round did.
+    let each = o.packets.div_ceil(cpus.len().max(1));
+    let one = aead_ceiling(o.size, open, &cpus[..1.min(cpus.len())], each);
+    let all = aead_ceiling(o.size, open, cpus, each);
     let secs = took.as_secs_f64();
     let gbps = (o.packets * o.size * 8) as f64 / secs / 1e9;
     let per_worker = gbps / crypto_threads.max(1) as f64;
     Phase {
         phase: name,
         packets: o.packets as u64,
+        rounds: 1,
         seconds: secs,
         gbit_per_s: gbps,
         mpps: o.packets as f64 / secs / 1e6,
         gbit_per_s_per_worker: per_worker,
-        aead_ceiling_gbit_per_s: ceiling,
-        per_worker_vs_ceiling: per_worker / ceiling,
+        aead_ceiling_gbit_per_s: one,
+        per_worker_vs_ceiling: per_worker / one,
+        vs_one_core_ceiling: gbps / one,
+        aead_ceiling_all_threads_gbit_per_s: all,
+        vs_all_threads_ceiling: gbps / all,
     }
 }
 
+/// Each figure's median over the rounds.
+fn median_phase(rounds: &[Phase]) -> Phase {
+    let median = |f: fn(&Phase) -> f64| {
+        let mut v: Vec<f64> = rounds.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    Phase {
+        phase: rounds[0].phase,
+        packets: rounds[0].packets,
+        rounds: rounds.len(),
+        seconds: median(|p| p.seconds),
+        gbit_per_s: median(|p| p.gbit_per_s),
+        mpps: median(|p| p.mpps),
+        gbit_per_s_per_worker: median(|p| p.gbit_per_s_per_worker),
+        aead_ceiling_gbit_per_s: median(|p| p.aead_ceiling_gbit_per_s),
+        per_worker_vs_ceiling: median(|p| p.per_worker_vs_ceiling),
+        vs_one_core_ceiling: median(|p| p.vs_one_core_ceiling),
+        aead_ceiling_all_threads_gbit_per_s: median(|p| p.aead_ceiling_all_threads_gbit_per_s),
+        vs_all_threads_ceiling: median(|p| p.vs_all_threads_ceiling),
+    }
+}
+
+/// Runs one round: one dispatcher per queue (one in the pool models), each pinned where the
+/// device pins that queue's thread and registered as it. Each first `prepare`s its input on
+/// its own thread (so its buffers come from its own heap, as the receive stage's slots do);
+/// the clock starts when all are ready and stops when `done` says the plane has put out the
+/// round's last packet. The auto model's placement runs alongside, as the device's timer
+/// thread runs it.
+fn round<T>(
+    plane: &Arc<DataPlane<MemIo>>,
+    count: usize,
+    queue_cpus: &[usize],
+    prepare: impl Fn(usize) -> T + Sync,
+    work: impl Fn(usize, &Ctx, T) + Sync,
+    done: impl Fn() -> bool,
+    what: &str,
+) -> Result<Duration> {
+    let ready = Barrier::new(count + 1);
+    let placing = AtomicBool::new(plane.plan.model == Model::Auto);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..count)
+            .map(|d| {
+                let (prepare, work, ready) = (&prepare, &work, &ready);
+                // Named, so that a profile (perf report --comm) tells the dispatchers apart.
+                std::thread::Builder::new()
+                    .name(format!("bench{d}"))
+                    .spawn_scoped(scope, move || {
+                        if let Some(&cpu) = queue_cpus.get(d) {
+                            let _ = crate::device::topology::pin_current_thread(&[cpu]);
+                        }
+                        let ctx = plane.register(&format!("bench{d}"), d);
+                        let input = prepare(d);
+                        ready.wait();
+                        work(d, &ctx, input);
+                    })
+                    .expect("spawn a dispatcher")
+            })
+            .collect();
+        ready.wait();
+        let start = Instant::now();
+        if placing.load(Ordering::Relaxed) {
+            scope.spawn(|| place_while(plane, &placing));
+        }
+        handles.into_iter().for_each(|h| h.join().expect("dispatcher"));
+        let took = wait_for(done, what).map(|()| start.elapsed());
+        placing.store(false, Ordering::Relaxed);
+        took
+    })
+}
+
+/// Seals `o.packets` packets, round robin over the peers; each dispatcher reads for the
+/// peers of its queue (copying each packet into a new buffer, as a read from TUN would).
+fn seal_round(
+    plane: &Arc<DataPlane<MemIo>>,
+    o: &Options,
+    count: usize,
+    queue_cpus: &[usize],
+    templates: &[Vec<u8>],
+    done: impl Fn() -> bool,
+) -> Result<Duration> {
+    let prepare = |d: usize| {
+        let own: Vec<usize> = (0..o.peers).filter(|i| i % count == d).collect();
+        let total = (0..o.packets).filter(|k| (k % o.peers) % count == d).count();
+        (own, total)
+    };
+    let work = |_: usize, ctx: &Ctx, (own, total): (Vec<usize>, usize)| {
+        let mut made = 0;
+        let mut batch: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
+        while made < total {
+            for _ in 0..BATCH.min(total - made) {
+                let t = &templates[own[made % own.len()]];
+                let mut b = Vec::with_capacity(DATA_HEADER_LEN + t.len() + 32);
+                b.resize(DATA_HEADER_LEN, 0);
+                b.extend_from_slice(t);
+                batch.push(b);
+                made += 1;
+            }
+            plane.dispatch_outbound(&mut batch, ctx);
+        }
+    };
+    round(plane, count, queue_cpus, prepare, work, done, "sealed messages")
+}
+
+/// Opens the messages, each dispatcher those of its queue, a batch at a time. Each first
+/// copies its messages into buffers of its own: the peers' cores made them on one thread,
+/// where neighbouring messages of two queues would share cache lines and heap pages.
+fn open_round(
+    plane: &Arc<DataPlane<MemIo>>,
+    messages: Vec<Vec<Datagram>>,
+    queue_cpus: &[usize],
+    done: impl Fn() -> bool,
+) -> Result<Duration> {
+    let lists: Vec<Mutex<Vec<Datagram>>> = messages.into_iter().map(Mutex::new).collect();
+    let prepare = |d: usize| -> Vec<Datagram> {
+        let made = std::mem::take(&mut *lists[d].lock().unwrap_or_else(|p| p.into_inner()));
+        made.iter()
+            .map(|m| Datagram {
+                data: bytes::BytesMut::from(&m.data[..]),
+                src: m.src,
+            })
+            .collect()
+    };
+    let work = |_: usize, ctx: &Ctx, list: Vec<Datagram>| {
+        let mut it = list.into_iter();
+        loop {
+            let mut batch: Vec<Datagram> = it.by_ref().take(BATCH).collect();
+            if batch.is_empty() {
+                break;
+            }
+            plane.dispatch_inbound(&mut batch, 0, ctx);
+        }
+    };
+    round(plane, lists.len(), queue_cpus, prepare, work, done, "opened messages")
+}
+
 pub fn render(r: &Report) -> String {
+    let rounds = r.phases.first().map_or(0, |p| p.rounds);
     let mut s = format!(
-        "ordo bench: model {}, {} peer(s), {}-byte packets, {} worker(s), {} dispatcher(s)\n\n\
-         | phase | packets | Gbit/s | Mpps | Gbit/s per worker | AEAD ceiling, 1 core | per worker / ceiling |\n\
-         |---|---|---|---|---|---|---|\n",
+        "ordo bench: model {}, {} peer(s), {}-byte packets, {} worker(s), {} dispatcher(s), \
+         medians of {rounds} round(s)\n\n\
+         | phase | packets | Gbit/s | Mpps | Gbit/s per crypto thread | AEAD ceiling, 1 core | per thread / ceiling | x 1-core ceiling | AEAD ceiling, all threads at once | x all-threads ceiling |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
         r.model, r.peers, r.size, r.workers, r.dispatchers
     );
     for p in &r.phases {
         s += &format!(
-            "| {} | {} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2} |\n",
+            "| {} | {} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
             p.phase,
             p.packets,
             p.gbit_per_s,
             p.mpps,
             p.gbit_per_s_per_worker,
             p.aead_ceiling_gbit_per_s,
-            p.per_worker_vs_ceiling
+            p.per_worker_vs_ceiling,
+            p.vs_one_core_ceiling,
+            p.aead_ceiling_all_threads_gbit_per_s,
+            p.vs_all_threads_ceiling,
         );
     }
     s
@@ -433,11 +569,18 @@ mod tests {
                 size: 200,
                 workers: 2,
                 packets: 3000,
+                rounds: 2,
             })
             .unwrap();
             assert_eq!(r.model, model.name());
             assert_eq!(r.phases.len(), 2);
-            assert!(r.phases.iter().all(|p| p.packets == 3000 && p.gbit_per_s > 0.0));
+            assert!(r
+                .phases
+                .iter()
+                .all(|p| p.packets == 3000 && p.rounds == 2 && p.gbit_per_s > 0.0));
+            assert!(r.phases.iter().all(|p| p.aead_ceiling_all_threads_gbit_per_s > 0.0));
+            assert_eq!(r.stages["stage_encrypt_packets"], 6000, "{model}");
+            assert_eq!(r.stages["stage_deliver_inbound_packets"], 6000, "{model}");
             if model == Model::Threaded {
                 // Every delivery of the threaded model is a wake-up of a peer's thread.
                 assert!(r.stages["stage_deliver_inbound_wakeups"] > 0);
@@ -473,6 +616,7 @@ mod tests {
             size: 200,
             workers: 0,
             packets: 3000,
+            rounds: 1,
         })
         .unwrap();
         let mut allowed: Vec<String> = r.worker_cpus.iter().map(|(_, c)| c.clone()).collect();
@@ -498,7 +642,8 @@ mod tests {
             peers: 0,
             size: 200,
             workers: 1,
-            packets: 1
+            packets: 1,
+            rounds: 1,
         })
         .is_err());
         assert!(run(&Options {
@@ -507,7 +652,8 @@ mod tests {
             peers: 1,
             size: 10,
             workers: 1,
-            packets: 1
+            packets: 1,
+            rounds: 1,
         })
         .is_err());
     }

@@ -58,9 +58,12 @@ enum Command {
         /// Crypto workers (0: one per core).
         #[arg(long, default_value_t = 0)]
         workers: usize,
-        /// Packets per phase.
+        /// Packets per phase and round.
         #[arg(long, default_value_t = 200_000)]
         packets: usize,
+        /// Rounds of each phase, each beside its own ceilings; the figures are medians.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
         /// Execution model: pool, inline, threaded or auto.
         #[arg(long, default_value = "pool")]
         model: Model,
@@ -175,6 +178,7 @@ fn run(cli: Cli) -> Result<()> {
             size,
             workers,
             packets,
+            rounds,
             model,
             json,
         } => {
@@ -185,6 +189,7 @@ fn run(cli: Cli) -> Result<()> {
                 size,
                 workers,
                 packets,
+                rounds,
             })?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);

@@ -22,7 +22,7 @@ use super::stats::{Stage, Stats, ThreadStats};
 use super::topology;
 use ordo_proto::messages::{self, Kind, DATA_HEADER_LEN};
 use ordo_proto::session::Session;
-use ordo_proto::{Accepted, DropReason, Interface, Opened, PeerId, Transmit};
+use ordo_proto::{Accepted, DropReason, Interface, OpenedMessage, PeerId, Transmit};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -203,8 +203,8 @@ impl<I: Io> DataPlane<I> {
             let (mut ns, mut packets) = (0u64, 0u64);
             for s in stages {
                 let st = self.stats.stage(s);
-                ns += st.busy_ns.load(Ordering::Relaxed);
-                packets = packets.max(st.packets.load(Ordering::Relaxed));
+                ns += st.busy_ns;
+                packets = packets.max(st.packets);
             }
             if packets == 0 {
                 1000.0
@@ -404,7 +404,7 @@ impl<I: Io> DataPlane<I> {
     /// allowed IPs), then the inner packets are written.
     fn deliver_inbound(&self, run: &mut [InboundBatch], ctx: &Ctx) {
         let start = Instant::now();
-        let st = self.stats.stage(Stage::DeliverInbound);
+        let st = ctx.stats.stage(Stage::DeliverInbound);
         st.wakeups.fetch_add(1, Ordering::Relaxed);
         if run.is_empty() {
             // Cannot happen by construction (see lane.rs); counted if it ever does.
@@ -416,27 +416,29 @@ impl<I: Io> DataPlane<I> {
             let (now, wall) = (Instant::now(), SystemTime::now());
             let mut core = self.core();
             for (bi, b) in run.iter().enumerate() {
-                for (pi, p) in b.packets.iter().enumerate() {
-                    let Some((counter, len)) = p.opened else {
-                        core.count_drop(DropReason::DecryptFailed);
-                        continue;
-                    };
-                    let plain = &p.data[DATA_HEADER_LEN..DATA_HEADER_LEN + len];
-                    if let Ok(Accepted::Packet { len }) = core.accept_data(
-                        now,
-                        wall,
-                        &Opened {
-                            peer: b.peer.id,
-                            session: &b.session,
-                            counter,
-                            src: p.src,
-                            datagram_len: p.data.len(),
-                        },
-                        plain,
-                    ) {
+                let failed = b.packets.iter().filter(|p| p.opened.is_none()).count();
+                for _ in 0..failed {
+                    core.count_drop(DropReason::DecryptFailed);
+                }
+                // The opened packets go to the core as one run; its verdicts come back in the
+                // same order, so `positions` walks the same packets beside them.
+                let opened = || b.packets.iter().enumerate().filter(|(_, p)| p.opened.is_some());
+                let messages = opened().filter_map(|(_, p)| {
+                    let (counter, len) = p.opened?;
+                    Some(OpenedMessage {
+                        counter,
+                        src: p.src,
+                        datagram_len: p.data.len(),
+                        plain: &p.data[DATA_HEADER_LEN..DATA_HEADER_LEN + len],
+                    })
+                });
+                let mut positions = opened().map(|(pi, _)| pi);
+                core.accept_data_run(now, wall, b.peer.id, &b.session, messages, |verdict| {
+                    let pi = positions.next().expect("one verdict per message");
+                    if let Ok(Accepted::Packet { len }) = verdict {
                         accepted.push((bi, pi, len));
                     }
-                }
+                });
             }
             drain(&mut core)
         };
@@ -454,7 +456,7 @@ impl<I: Io> DataPlane<I> {
     /// rekey).
     fn deliver_outbound(&self, run: &[OutboundBatch], ctx: &Ctx) {
         let start = Instant::now();
-        let st = self.stats.stage(Stage::DeliverOutbound);
+        let st = ctx.stats.stage(Stage::DeliverOutbound);
         st.wakeups.fetch_add(1, Ordering::Relaxed);
         if run.is_empty() {
             // Cannot happen by construction (see lane.rs); counted if it ever does.
@@ -544,7 +546,7 @@ fn delivery_thread<I: Io>(
         let mut inbound = peer.inbound.take_ready();
         let outbound = peer.outbound.take_ready();
         if inbound.is_empty() && outbound.is_empty() {
-            let st = plane.stats.stage(Stage::DeliverInbound);
+            let st = ctx.stats.stage(Stage::DeliverInbound);
             st.wakeups.fetch_add(1, Ordering::Relaxed);
             st.wasted_wakeups.fetch_add(1, Ordering::Relaxed);
             continue;

@@ -45,6 +45,8 @@ impl Stage {
     }
 }
 
+/// One thread's counters for one stage. Only that thread writes them: counters shared by
+/// threads would move their cache line between cores on every batch.
 #[derive(Default)]
 pub struct StageStats {
     pub packets: AtomicU64,
@@ -56,36 +58,61 @@ pub struct StageStats {
     pub wasted_wakeups: AtomicU64,
 }
 
-/// One data-plane thread.
+/// A stage's counters summed over the threads.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StageTotals {
+    pub packets: u64,
+    pub batches: u64,
+    pub busy_ns: u64,
+    pub wakeups: u64,
+    pub wasted_wakeups: u64,
+}
+
+/// One data-plane thread. Aligned so that two threads' counters never share a cache line.
+#[repr(align(128))]
 pub struct ThreadStats {
     pub name: String,
     /// Linux thread id, to find the OS's own figures in /proc/self/task.
     pub tid: i32,
     pub busy_ns: AtomicU64,
-    /// Packets this thread carried through each stage (indexed like [`Stage::ALL`]).
-    pub packets: [AtomicU64; 6],
+    /// This thread's part of each stage (indexed like [`Stage::ALL`]).
+    stages: [StageStats; 6],
+}
+
+impl ThreadStats {
+    pub fn stage(&self, s: Stage) -> &StageStats {
+        &self.stages[s as usize]
+    }
 }
 
 #[derive(Default)]
 pub struct Stats {
-    stages: [StageStats; 6],
     threads: Mutex<Vec<Arc<ThreadStats>>>,
 }
 
 impl Stats {
-    pub fn stage(&self, s: Stage) -> &StageStats {
-        &self.stages[s as usize]
+    /// A stage's counters over all threads (a snapshot).
+    pub fn stage(&self, s: Stage) -> StageTotals {
+        let mut t = StageTotals::default();
+        for th in self.threads.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let st = th.stage(s);
+            t.packets += st.packets.load(Ordering::Relaxed);
+            t.batches += st.batches.load(Ordering::Relaxed);
+            t.busy_ns += st.busy_ns.load(Ordering::Relaxed);
+            t.wakeups += st.wakeups.load(Ordering::Relaxed);
+            t.wasted_wakeups += st.wasted_wakeups.load(Ordering::Relaxed);
+        }
+        t
     }
 
     /// Records one batch of `packets` through `stage` that took since `start`, on `thread`.
     pub fn record(&self, stage: Stage, thread: &ThreadStats, packets: usize, start: Instant) {
         let ns = start.elapsed().as_nanos() as u64;
-        let st = self.stage(stage);
+        let st = thread.stage(stage);
         st.packets.fetch_add(packets as u64, Ordering::Relaxed);
         st.batches.fetch_add(1, Ordering::Relaxed);
         st.busy_ns.fetch_add(ns, Ordering::Relaxed);
         thread.busy_ns.fetch_add(ns, Ordering::Relaxed);
-        thread.packets[stage as usize].fetch_add(packets as u64, Ordering::Relaxed);
     }
 
     /// Registers the calling thread.
@@ -96,7 +123,7 @@ impl Stats {
             name: name.to_string(),
             tid,
             busy_ns: AtomicU64::new(0),
-            packets: Default::default(),
+            stages: Default::default(),
         });
         self.threads.lock().unwrap_or_else(|p| p.into_inner()).push(t.clone());
         t
@@ -113,15 +140,12 @@ impl Stats {
         for s in Stage::ALL {
             let st = self.stage(s);
             let n = s.name();
-            c.push((format!("stage_{n}_packets"), st.packets.load(Ordering::Relaxed)));
-            c.push((format!("stage_{n}_batches"), st.batches.load(Ordering::Relaxed)));
-            c.push((format!("stage_{n}_busy_us"), st.busy_ns.load(Ordering::Relaxed) / 1000));
+            c.push((format!("stage_{n}_packets"), st.packets));
+            c.push((format!("stage_{n}_batches"), st.batches));
+            c.push((format!("stage_{n}_busy_us"), st.busy_ns / 1000));
             if matches!(s, Stage::DeliverInbound | Stage::DeliverOutbound) {
-                c.push((format!("stage_{n}_wakeups"), st.wakeups.load(Ordering::Relaxed)));
-                c.push((
-                    format!("stage_{n}_wasted_wakeups"),
-                    st.wasted_wakeups.load(Ordering::Relaxed),
-                ));
+                c.push((format!("stage_{n}_wakeups"), st.wakeups));
+                c.push((format!("stage_{n}_wasted_wakeups"), st.wasted_wakeups));
             }
         }
         let tick_us = 1_000_000 / clock_ticks_per_second();
@@ -129,7 +153,7 @@ impl Stats {
             let key = format!("thread_{}_{}", t.name, t.tid);
             c.push((format!("{key}_busy_us"), t.busy_ns.load(Ordering::Relaxed) / 1000));
             for s in Stage::ALL {
-                let n = t.packets[s as usize].load(Ordering::Relaxed);
+                let n = t.stage(s).packets.load(Ordering::Relaxed);
                 if n > 0 {
                     c.push((format!("{key}_{}_packets", s.name()), n));
                 }
@@ -177,10 +201,13 @@ mod tests {
         }
         std::hint::black_box(x);
         s.record(Stage::Decrypt, &t, 32, start);
-        s.stage(Stage::DeliverInbound).wakeups.fetch_add(1, Ordering::Relaxed);
+        t.stage(Stage::DeliverInbound).wakeups.fetch_add(1, Ordering::Relaxed);
+        // A second thread's part is summed in.
+        let u = s.register_thread("other");
+        s.record(Stage::Decrypt, &u, 8, Instant::now());
         let c: std::collections::HashMap<_, _> = s.counters().into_iter().collect();
-        assert_eq!(c["stage_decrypt_packets"], 32);
-        assert_eq!(c["stage_decrypt_batches"], 1);
+        assert_eq!(c["stage_decrypt_packets"], 40);
+        assert_eq!(c["stage_decrypt_batches"], 2);
         assert!(c["stage_decrypt_busy_us"] >= 30_000);
         assert_eq!(c["stage_deliver_inbound_wakeups"], 1);
         let busy = c[&format!("thread_test_{}_busy_us", t.tid)];
