@@ -323,57 +323,77 @@ pub enum Job {
 fn worker<I: Io>(plane: Arc<DataPlane<I>>, jobs: crossbeam_channel::Receiver<Job>, ctx: Ctx) {
     for job in jobs {
         match job {
-            Job::Inbound(batches) => batches.into_iter().for_each(|b| plane.open(b, &ctx)),
-            Job::Outbound(batches) => batches.into_iter().for_each(|b| plane.seal(b, &ctx)),
+            Job::Inbound(batches) => plane.open(batches, &ctx),
+            Job::Outbound(batches) => plane.seal(batches, &ctx),
         }
     }
 }
 
 impl<I: Io> DataPlane<I> {
-    /// Decrypts a batch, then hands it to its lane.
-    fn open(self: &Arc<Self>, mut b: InboundBatch, ctx: &Ctx) {
+    /// Decrypts a set of batches (one dispatch's or one job's, of any peers), hands each to
+    /// its lane, then delivers the lanes this thread became the deliverer of, all of them
+    /// under one lock of the core: with many peers a batch holds one packet of each, and a
+    /// lock (and a clock reading) per peer would cost more than the crypto.
+    fn open(self: &Arc<Self>, mut batches: Vec<InboundBatch>, ctx: &Ctx) {
         let start = Instant::now();
-        for p in &mut b.packets {
-            p.opened = b.session.open_in_place(&mut p.data).ok();
-        }
-        self.stats.record(Stage::Decrypt, &ctx.stats, b.packets.len(), start);
-        let (peer, ticket) = (b.peer.clone(), b.ticket);
-        if self.plan.model == Model::Threaded {
-            peer.inbound.file(ticket, b);
-            self.ring(&peer);
-        } else if let Finish::Deliver(mut run) = peer.inbound.finish(ticket, b) {
-            loop {
-                self.deliver_inbound(&mut run, ctx);
-                match peer.inbound.continue_delivery() {
-                    Some(r) => run = r,
-                    None => break,
-                }
+        let mut count = 0;
+        for b in &mut batches {
+            for p in &mut b.packets {
+                p.opened = b.session.open_in_place(&mut p.data).ok();
             }
+            count += b.packets.len();
+        }
+        self.stats.record(Stage::Decrypt, &ctx.stats, count, start);
+        let mut runs = Vec::new();
+        for b in batches {
+            let (peer, ticket) = (b.peer.clone(), b.ticket);
+            if self.plan.model == Model::Threaded {
+                peer.inbound.file(ticket, b);
+                self.ring(&peer);
+            } else if let Finish::Deliver(run) = peer.inbound.finish(ticket, b) {
+                runs.push((peer, run));
+            }
+        }
+        while !runs.is_empty() {
+            self.deliver_inbound(&mut runs, ctx);
+            runs = runs
+                .into_iter()
+                .filter_map(|(peer, _)| Some((peer.clone(), peer.inbound.continue_delivery()?)))
+                .collect();
         }
     }
 
-    /// Encrypts a batch with its reserved counters, then hands it to its lane.
-    fn seal(self: &Arc<Self>, mut b: OutboundBatch, ctx: &Ctx) {
+    /// Encrypts a set of batches with their reserved counters, hands each to its lane, then
+    /// delivers the lanes this thread became the deliverer of (see `open`).
+    fn seal(self: &Arc<Self>, mut batches: Vec<OutboundBatch>, ctx: &Ctx) {
         let start = Instant::now();
-        for (i, buf) in b.packets.iter_mut().enumerate() {
-            let len = buf.len() - DATA_HEADER_LEN;
-            let padded = ordo_proto::interface::padded_len(len, b.mtu);
-            buf.resize(DATA_HEADER_LEN + padded + ordo_proto::crypto::TAG_LEN, 0);
-            b.session.seal_at(b.first_counter + i as u64, padded, buf);
-        }
-        self.stats.record(Stage::Encrypt, &ctx.stats, b.packets.len(), start);
-        let (peer, ticket) = (b.peer.clone(), b.ticket);
-        if self.plan.model == Model::Threaded {
-            peer.outbound.file(ticket, b);
-            self.ring(&peer);
-        } else if let Finish::Deliver(mut run) = peer.outbound.finish(ticket, b) {
-            loop {
-                self.deliver_outbound(&run, ctx);
-                match peer.outbound.continue_delivery() {
-                    Some(r) => run = r,
-                    None => break,
-                }
+        let mut count = 0;
+        for b in &mut batches {
+            for (i, buf) in b.packets.iter_mut().enumerate() {
+                let len = buf.len() - DATA_HEADER_LEN;
+                let padded = ordo_proto::interface::padded_len(len, b.mtu);
+                buf.resize(DATA_HEADER_LEN + padded + ordo_proto::crypto::TAG_LEN, 0);
+                b.session.seal_at(b.first_counter + i as u64, padded, buf);
             }
+            count += b.packets.len();
+        }
+        self.stats.record(Stage::Encrypt, &ctx.stats, count, start);
+        let mut runs = Vec::new();
+        for b in batches {
+            let (peer, ticket) = (b.peer.clone(), b.ticket);
+            if self.plan.model == Model::Threaded {
+                peer.outbound.file(ticket, b);
+                self.ring(&peer);
+            } else if let Finish::Deliver(run) = peer.outbound.finish(ticket, b) {
+                runs.push((peer, run));
+            }
+        }
+        while !runs.is_empty() {
+            self.deliver_outbound(&runs, ctx);
+            runs = runs
+                .into_iter()
+                .filter_map(|(peer, _)| Some((peer.clone(), peer.outbound.continue_delivery()?)))
+                .collect();
         }
     }
 
@@ -400,71 +420,77 @@ impl<I: Io> DataPlane<I> {
         let _ = bell.try_send(());
     }
 
-    /// In order: the core accepts each opened message (replay window, timers, roaming,
-    /// allowed IPs), then the inner packets are written.
-    fn deliver_inbound(&self, run: &mut [InboundBatch], ctx: &Ctx) {
+    /// In order, for each peer's run: the core accepts its packets (replay window, timers,
+    /// roaming, allowed IPs; one lock for all the runs), then they are written to the TUN
+    /// device. One wake-up per run: a lane this thread became the deliverer of.
+    fn deliver_inbound(&self, runs: &mut [(Arc<PeerPlane>, Vec<InboundBatch>)], ctx: &Ctx) {
         let start = Instant::now();
         let st = ctx.stats.stage(Stage::DeliverInbound);
-        st.wakeups.fetch_add(1, Ordering::Relaxed);
-        if run.is_empty() {
-            // Cannot happen by construction (see lane.rs); counted if it ever does.
-            st.wasted_wakeups.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let mut accepted: Vec<(usize, usize, usize)> = Vec::new();
+        st.wakeups.fetch_add(runs.len() as u64, Ordering::Relaxed);
+        // Cannot happen by construction (see lane.rs); counted if it ever does.
+        let empty = runs.iter().filter(|(_, run)| run.is_empty()).count();
+        st.wasted_wakeups.fetch_add(empty as u64, Ordering::Relaxed);
+        let mut accepted: Vec<Vec<(usize, usize, usize)>> = Vec::with_capacity(runs.len());
         let transmits = {
             let (now, wall) = (Instant::now(), SystemTime::now());
             let mut core = self.core();
-            for (bi, b) in run.iter().enumerate() {
-                let failed = b.packets.iter().filter(|p| p.opened.is_none()).count();
-                for _ in 0..failed {
-                    core.count_drop(DropReason::DecryptFailed);
-                }
-                // The opened packets go to the core as one run; its verdicts come back in the
-                // same order, so `positions` walks the same packets beside them.
-                let opened = || b.packets.iter().enumerate().filter(|(_, p)| p.opened.is_some());
-                let messages = opened().filter_map(|(_, p)| {
-                    let (counter, len) = p.opened?;
-                    Some(OpenedMessage {
-                        counter,
-                        src: p.src,
-                        datagram_len: p.data.len(),
-                        plain: &p.data[DATA_HEADER_LEN..DATA_HEADER_LEN + len],
-                    })
-                });
-                let mut positions = opened().map(|(pi, _)| pi);
-                core.accept_data_run(now, wall, b.peer.id, &b.session, messages, |verdict| {
-                    let pi = positions.next().expect("one verdict per message");
-                    if let Ok(Accepted::Packet { len }) = verdict {
-                        accepted.push((bi, pi, len));
+            for (_, run) in runs.iter() {
+                let mut mine = Vec::new();
+                for (bi, b) in run.iter().enumerate() {
+                    let failed = b.packets.iter().filter(|p| p.opened.is_none()).count();
+                    for _ in 0..failed {
+                        core.count_drop(DropReason::DecryptFailed);
                     }
-                });
+                    // The opened packets go to the core as one run; its verdicts come back in
+                    // the same order, so `positions` walks the same packets beside them.
+                    let opened = || b.packets.iter().enumerate().filter(|(_, p)| p.opened.is_some());
+                    let messages = opened().filter_map(|(_, p)| {
+                        let (counter, len) = p.opened?;
+                        Some(OpenedMessage {
+                            counter,
+                            src: p.src,
+                            datagram_len: p.data.len(),
+                            plain: &p.data[DATA_HEADER_LEN..DATA_HEADER_LEN + len],
+                        })
+                    });
+                    let mut positions = opened().map(|(pi, _)| pi);
+                    core.accept_data_run(now, wall, b.peer.id, &b.session, messages, |verdict| {
+                        let pi = positions.next().expect("one verdict per message");
+                        if let Ok(Accepted::Packet { len }) = verdict {
+                            mine.push((bi, pi, len));
+                        }
+                    });
+                }
+                accepted.push(mine);
             }
             drain(&mut core)
         };
-        // The peer's own queue, whoever delivers: the TUN device sends a flow's packets back
+        // Each peer's own queue, whoever delivers: the TUN device sends a flow's packets back
         // through the queue that last wrote it, so writing a peer's flows from one queue keeps
         // them on one reader (two readers would reorder them).
-        let queue = run[0].peer.queue.load(Ordering::Relaxed);
-        self.io.write_inner(self, queue, run, &accepted);
-        self.send_transmits(queue, transmits);
-        self.stats
-            .record(Stage::DeliverInbound, &ctx.stats, accepted.len(), start);
+        let mut delivered = 0;
+        for ((peer, run), accepted) in runs.iter_mut().zip(&accepted) {
+            if !run.is_empty() {
+                self.io
+                    .write_inner(self, peer.queue.load(Ordering::Relaxed), run, accepted);
+                delivered += accepted.len();
+            }
+        }
+        self.send_transmits(runs[0].0.queue.load(Ordering::Relaxed), transmits);
+        self.stats.record(Stage::DeliverInbound, &ctx.stats, delivered, start);
     }
 
-    /// In order: the sealed messages go out, then the core learns what was sent (timers,
-    /// rekey).
-    fn deliver_outbound(&self, run: &[OutboundBatch], ctx: &Ctx) {
+    /// In order, for each peer's run: the sealed messages go out, then the core learns what
+    /// was sent (timers, rekey; one lock for all the runs).
+    fn deliver_outbound(&self, runs: &[(Arc<PeerPlane>, Vec<OutboundBatch>)], ctx: &Ctx) {
         let start = Instant::now();
         let st = ctx.stats.stage(Stage::DeliverOutbound);
-        st.wakeups.fetch_add(1, Ordering::Relaxed);
-        if run.is_empty() {
-            // Cannot happen by construction (see lane.rs); counted if it ever does.
-            st.wasted_wakeups.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
+        st.wakeups.fetch_add(runs.len() as u64, Ordering::Relaxed);
+        // Cannot happen by construction (see lane.rs); counted if it ever does.
+        let empty = runs.iter().filter(|(_, run)| run.is_empty()).count();
+        st.wasted_wakeups.fetch_add(empty as u64, Ordering::Relaxed);
         let mut sent_packets = 0;
-        for b in run {
+        for b in runs.iter().flat_map(|(_, run)| run) {
             let payloads: Vec<&[u8]> = b.packets.iter().map(Vec::as_slice).collect();
             let sent = self
                 .io
@@ -479,13 +505,13 @@ impl<I: Io> DataPlane<I> {
         let transmits = {
             let (now, wall) = (Instant::now(), SystemTime::now());
             let mut core = self.core();
-            for b in run {
+            for b in runs.iter().flat_map(|(_, run)| run) {
                 let bytes: usize = b.packets.iter().map(Vec::len).sum();
                 core.after_send(now, wall, b.peer.id, &b.session, bytes as u64, b.packets.len() as u64);
             }
             drain(&mut core)
         };
-        self.send_transmits(run[0].peer.queue.load(Ordering::Relaxed), transmits);
+        self.send_transmits(runs[0].0.queue.load(Ordering::Relaxed), transmits);
         self.stats
             .record(Stage::DeliverOutbound, &ctx.stats, sent_packets, start);
     }
@@ -500,7 +526,7 @@ impl<I: Io> DataPlane<I> {
         ctx: &Ctx,
         peer_of: impl Fn(&B) -> &Arc<PeerPlane>,
         job: impl Fn(Vec<B>) -> Job,
-        here: impl Fn(&Arc<Self>, B, &Ctx),
+        here: impl Fn(&Arc<Self>, Vec<B>, &Ctx),
     ) -> bool {
         let mut local = Vec::new();
         let mut jobs: Vec<Vec<B>> = Vec::new();
@@ -525,8 +551,8 @@ impl<I: Io> DataPlane<I> {
                 }
             }
         }
-        for b in local {
-            here(self, b, ctx);
+        if !local.is_empty() {
+            here(self, local, ctx);
         }
         true
     }
@@ -543,7 +569,7 @@ fn delivery_thread<I: Io>(
 ) {
     for () in bell {
         let Some(peer) = peer.upgrade() else { return };
-        let mut inbound = peer.inbound.take_ready();
+        let inbound = peer.inbound.take_ready();
         let outbound = peer.outbound.take_ready();
         if inbound.is_empty() && outbound.is_empty() {
             let st = ctx.stats.stage(Stage::DeliverInbound);
@@ -552,10 +578,10 @@ fn delivery_thread<I: Io>(
             continue;
         }
         if !inbound.is_empty() {
-            plane.deliver_inbound(&mut inbound, &ctx);
+            plane.deliver_inbound(&mut [(peer.clone(), inbound)], &ctx);
         }
         if !outbound.is_empty() {
-            plane.deliver_outbound(&outbound, &ctx);
+            plane.deliver_outbound(&[(peer.clone(), outbound)], &ctx);
         }
     }
 }
@@ -656,7 +682,7 @@ impl<I: Io> DataPlane<I> {
             ctx,
             |b| &b.peer,
             Job::Inbound,
-            |plane, b, ctx| plane.open(b, ctx),
+            |plane, batches, ctx| plane.open(batches, ctx),
         )
     }
 
@@ -732,7 +758,7 @@ impl<I: Io> DataPlane<I> {
             ctx,
             |b| &b.peer,
             Job::Outbound,
-            |plane, b, ctx| plane.seal(b, ctx),
+            |plane, batches, ctx| plane.seal(batches, ctx),
         )
     }
 }
