@@ -4,7 +4,8 @@ import glob
 import json
 import sys
 
-impl, kind, n, secs, jiffies, ticks, logdir, before = sys.argv[1:9]
+# window: seconds between the two CPU readings (the flows' start to the last one's end).
+impl, kind, n, window, jiffies, ticks, logdir, before = sys.argv[1:9]
 bits = 0.0
 for f in glob.glob(f"{logdir}/flow-*.json"):
     try:
@@ -30,5 +31,5 @@ for i, (b, a) in enumerate(zip(stat(before), stat(open("/proc/stat").read()))):
 print(json.dumps({
     "impl": impl, "clients": int(n), "kind": kind, "server": None,
     "report": {"up_gbit": bits / 1e9, "down_gbit": 0.0,
-               "server_cores": int(jiffies) / int(ticks) / float(secs), "machine_cpu": cpu},
+               "server_cores": int(jiffies) / int(ticks) / float(window), "machine_cpu": cpu},
 }))

@@ -12,7 +12,8 @@
 # --short: tens of clients, a few seconds a point (what `make test` runs). LAB_IMPLS narrows the
 # implementations; LAB_OUT changes the output directory; LAB_COUNTS, LAB_TOTAL and LAB_ADDRS
 # change the many-clients grid (client counts, packets/s offered at the top count, client
-# source addresses). Run as root after a release build.
+# source addresses); LAB_PROBES the round-trip probes per client and second beside its
+# upload. Run as root after a release build.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 source "$ROOT/tests/interop/lib.sh"
@@ -153,9 +154,10 @@ gw_point() {
             for _ in $(seq 50); do ip netns exec lab-dst ss -ltn | grep -q ":$port " && break; sleep 0.1; done
         done
     done
-    local stat0 cpu0 pids=()
+    local stat0 cpu0 t0 pids=()
     stat0=$(cat /proc/stat)
     cpu0=$(($(ns_cpu lab-gw1) + $(ns_cpu lab-gw2)))
+    t0=$(date +%s.%N)
     for t in $(seq 1 "$tunnels"); do
         for f in $(seq 1 "$flows"); do
             ip netns exec lab-src iperf3 -c "10.220.$t.2" -B "10.230.$t.1" -p $((5200 + 10 * t + f)) \
@@ -164,9 +166,12 @@ gw_point() {
         done
     done
     wait "${pids[@]}" || true
-    local cpu1
+    local cpu1 elapsed
     cpu1=$(($(ns_cpu lab-gw1) + $(ns_cpu lab-gw2)))
-    python3 "$ROOT/lab/gw_point.py" "$impl" "$kind" "$n" "$SECS" "$((cpu1 - cpu0))" "$(getconf CLK_TCK)" \
+    # The CPU time is over the whole window, which is longer than SECS when many flows
+    # start one after another: divide by the window, not by SECS.
+    elapsed=$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$t0" "$(date +%s.%N)")
+    python3 "$ROOT/lab/gw_point.py" "$impl" "$kind" "$n" "$elapsed" "$((cpu1 - cpu0))" "$(getconf CLK_TCK)" \
         "$LOGDIR" "$stat0" >>"$OUT/results.jsonl"
     rm -f "$LOGDIR"/flow-*.json
     tail -1 "$OUT/results.jsonl" | python3 -c 'import json, sys
@@ -195,10 +200,13 @@ case $SCENARIO in
         # A fixed per-client rate, so that the machine saturates near the top count (the
         # papers' 25 Mbps per client); upload and download measured one after the other.
         RATE=$((TOTAL / COUNTS[-1]))
+        # Round-trip probes beside the upload (latency under load): a few per client and
+        # second, small, so they add little to the offered load.
+        PROBES=${LAB_PROBES:-5}
         for impl in "${IMPLS[@]}"; do
             for n in "${COUNTS[@]}"; do
                 lab_server "$impl" "$n"
-                point "$impl" "$n" up --rate "$RATE" --duration "$SECS" --direction up
+                point "$impl" "$n" up --rate "$RATE" --duration "$SECS" --direction up --probe-rate "$PROBES"
                 point "$impl" "$n" down --rate "$RATE" --duration "$SECS" --direction down
                 point "$impl" "$n" rr --rr --rate 50 --duration "$SECS" --size 100
                 teardown

@@ -27,7 +27,7 @@ server() {
 
 # loadgen ARGS...: a run from A; prints the JSON report.
 loadgen() {
-    ip netns exec "$NS_A" "$ORDO" loadgen run --clients "$CLIENTS" --server "$OUT_B:$PORT_B" \
+    ip netns exec "$NS_A" "$ORDO" loadgen run --clients "$CLIENTS" --server "${SERVER:-$OUT_B:$PORT_B}" \
         --sink-netns "$NS_B" --json --handshake-timeout 20 "$@"
 }
 
@@ -52,14 +52,18 @@ $cond
 
 for impl in "${IMPLS[@]}"; do
     server "$impl"
-    # Upload at 200 packets/s per client: every client's packets reach the sink.
+    # Upload at 200 packets/s per client: every client's packets reach the sink. Beside it,
+    # round-trip probes (latency under load), which are neither upload sends nor receives.
     check "upload[$impl]" "
 assert r['clients_up'] == $CLIENTS, 'every client has a session'
 assert all(c['up_mbit'] > 0 for c in r['per_client']), 'every client delivered'
 assert r['up_loss'] < 0.02, r['up_loss']
 assert r['one_way_up']['count'] > 0 and r['one_way_up']['p50_us'] > 0
 assert r['fairness'] > 0.9
-" --rate 200 --duration 2 --direction up
+assert r['probe_rate_per_client'] == 20
+assert r['round_trip']['count'] > $CLIENTS and r['round_trip']['p99_us'] >= r['round_trip']['p50_us'] > 0
+assert all(c['rr_done'] > 0 for c in r['per_client']), 'every client was probed'
+" --rate 200 --duration 2 --direction up --probe-rate 20
     # Download: the sink sends each client what its hello asked for, through the server.
     check "download[$impl]" "
 assert all(c['down_mbit'] > 0 for c in r['per_client']), 'every client received'
@@ -71,6 +75,14 @@ assert r['one_way_down']['count'] > 0
 assert r['round_trip']['count'] > 100 and r['round_trip']['p99_us'] >= r['round_trip']['p50_us'] > 0
 assert all(c['rr_done'] > 0 for c in r['per_client'])
 " --rr --rate 100 --duration 2 --size 100
+    # The clients' outer traffic over IPv6, from two source addresses.
+    ip -n "$NS_A" addr add fd77::10/64 dev veth-a nodad
+    ip -n "$NS_A" addr add fd77::11/64 dev veth-a nodad
+    SERVER="[$OUT6_B]:$PORT_B" check "upload_ipv6_outer[$impl]" "
+assert r['clients_up'] == $CLIENTS, 'every client has a session'
+assert all(c['up_mbit'] > 0 for c in r['per_client']), 'every client delivered'
+assert r['up_loss'] < 0.02, r['up_loss']
+" --rate 200 --duration 2 --direction up --bind fd77::10,fd77::11
     teardown
 done
 echo "loadgen: $PASSED passed, $FAILED failed"

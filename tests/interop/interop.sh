@@ -408,17 +408,20 @@ ordo_show() { "$ORDO" show "$IF_A" --json; }
 t_inline_steering() {
     [[ $(nproc) -ge 2 ]] || { log "    (needs 2 CPUs: skipped)"; return 0; }
     ORDO_MODEL=inline ORDO_CORES=0-1 tunnel ordo "$1"
-    # Peers are placed round robin: B, re-added, is the second peer and goes to queue 1,
-    # which the kernel's own hash would not pick on purpose.
+    # Peers are placed round robin (from a random queue): B, re-added, is the second peer
+    # and goes to the queue after its first one, which the kernel's own hash does not pick.
+    local first
+    first=$(ordo_show | python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["peers"][0]["placement"]["queue"])')
     wg set "$IF_A" peer "$PUB_B" remove
     wg set "$IF_A" peer "$PUB_B" endpoint "$OUT_B:$PORT_B" allowed-ips "$IN_B/32,$IN6_B/128"
     ping_ok "$NS_A" "$IN_B" || fail "ping"
     iperf3_bytes "$NS_A" "$IN_B" -R >/dev/null || fail "iperf3 B->A"
-    ordo_show | python3 -c '
-import json, sys
+    ordo_show | FIRST=$first python3 -c '
+import json, os, sys
 s = json.load(sys.stdin)[0]
 p = s["peers"][0]["placement"]
-assert s["model"] == "inline" and p["regime"] == "inline" and p["queue"] == 1, (s["model"], p)
+want = (int(os.environ["FIRST"]) + 1) % 2
+assert s["model"] == "inline" and p["regime"] == "inline" and p["queue"] == want, (s["model"], p, want)
 got = {}
 for k, v in s["counters"].items():
     if k.startswith("thread_queue") and k.endswith("_receive_packets"):

@@ -241,7 +241,8 @@ pub struct Interface {
     under_load_until: Option<Instant>,
     /// Receive queues that our receiver indices steer between (see steering.rs); 1: none.
     queues: u32,
-    /// New peers are placed on the queues round robin; the device moves them by load.
+    /// New peers are placed on the queues round robin (from a random start); the device
+    /// moves them by load.
     next_queue: u32,
     /// Test hook: behave as under load whatever the rate.
     pub force_under_load: bool,
@@ -255,7 +256,11 @@ impl Interface {
     }
 
     /// A new interface with a given random generator (deterministic tests).
-    pub fn with_rng(now: Instant, rng: ChaCha20Rng) -> Self {
+    pub fn with_rng(now: Instant, mut rng: ChaCha20Rng) -> Self {
+        // New peers take the queues round robin from a random one: many interfaces of one
+        // peer each (a gateway per tunnel) would otherwise all put theirs on queue 0, and so
+        // on the same core.
+        let next_queue = rng.next_u32();
         Interface {
             identity: None,
             checker: None,
@@ -272,7 +277,7 @@ impl Interface {
             under_load_until: None,
             force_under_load: false,
             queues: 1,
-            next_queue: 0,
+            next_queue,
             stats: Stats::default(),
         }
     }

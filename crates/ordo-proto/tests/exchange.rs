@@ -597,7 +597,7 @@ fn receiver_indices_steer_to_the_peers_queue() {
     assert!(after.iter().all(|q| *q == Some(1)), "{after:?}");
     assert!(!n.a.set_peer_queue(PeerId(999), 0, n.now, n.wall()));
 
-    // New peers are spread over the queues round robin.
+    // New peers are spread over the queues round robin (from a random start).
     let queues: Vec<u32> = (0..6u8)
         .map(|i| {
             let id =
@@ -606,5 +606,16 @@ fn receiver_indices_steer_to_the_peers_queue() {
             n.a.peer(id).unwrap().queue
         })
         .collect();
-    assert_eq!(queues, vec![1, 2, 3, 0, 1, 2], "B took queue 0 before set_queues");
+    let expected: Vec<u32> = (0..6).map(|k| (queues[0] + k) % 4).collect();
+    assert_eq!(queues, expected);
+    // The start is random: sixteen interfaces of one peer each do not all use queue 0.
+    let firsts: std::collections::BTreeSet<u32> = (0..16u64)
+        .map(|seed| {
+            let mut i = Interface::with_rng(n.now, ChaCha20Rng::seed_from_u64(seed));
+            i.set_queues(2);
+            let id = i.add_peer(PrivateKey::from_bytes([0x50; 32]).public_key()).unwrap();
+            i.peer(id).unwrap().queue
+        })
+        .collect();
+    assert_eq!(firsts.len(), 2, "both queues are used");
 }

@@ -229,6 +229,7 @@ pub fn run(o: &Options) -> Result<Report> {
     // Real handshakes, in memory: each client initiates and confirms its session.
     let server_pub = server_key.public_key();
     let mut clients = Vec::with_capacity(o.peers);
+    let mut queue_of = Vec::with_capacity(o.peers);
     for i in 0..o.peers {
         let mut c = Interface::new(t0);
         c.set_mtu(o.size.max(576));
@@ -244,6 +245,8 @@ pub fn run(o: &Options) -> Result<Report> {
             let mut core = plane.core();
             let p = core.add_peer(client_pub).expect("distinct keys");
             core.add_allowed_ip(p, ipnet::IpNet::from(std::net::IpAddr::from(client_ip(i))));
+            // The dispatcher that carries this peer: its queue's (the kernel's steering).
+            queue_of.push(core.peer(p).map_or(0, |x| x.queue as usize) % dispatchers);
         }
         let first = packet(client_ip(i), SERVER_IP, 64);
         let mut out = vec![0u8; first.len() + SEND_HEADROOM];
@@ -273,7 +276,7 @@ pub fn run(o: &Options) -> Result<Report> {
     let mut open_rounds = Vec::new();
     for round in 1..=o.rounds as u64 {
         let sent = || plane.io.sent.load(Ordering::Relaxed) >= round * o.packets as u64;
-        let took = seal_round(&plane, o, dispatchers, &queue_cpus, &templates, sent)?;
+        let took = seal_round(&plane, o, (dispatchers, &queue_of), &queue_cpus, &templates, sent)?;
         seal_rounds.push(phase("seal", o, crypto_threads, took, &ceiling_cpus));
 
         let mut messages: Vec<Vec<Datagram>> = (0..dispatchers).map(|_| Vec::new()).collect();
@@ -281,7 +284,7 @@ pub fn run(o: &Options) -> Result<Report> {
         for k in 0..o.packets {
             let (c, addr) = &mut clients[k % o.peers];
             if let Sent::Data { len, .. } = c.send(t0, wall, &per_peer[k % o.peers], &mut out) {
-                messages[(k % o.peers) % dispatchers].push(Datagram {
+                messages[queue_of[k % o.peers]].push(Datagram {
                     data: bytes::BytesMut::from(&out[..len]),
                     src: *addr,
                 });
@@ -465,14 +468,14 @@ fn round<T>(
 fn seal_round(
     plane: &Arc<DataPlane<MemIo>>,
     o: &Options,
-    count: usize,
+    (count, queue_of): (usize, &[usize]),
     queue_cpus: &[usize],
     templates: &[Vec<u8>],
     done: impl Fn() -> bool,
 ) -> Result<Duration> {
     let prepare = |d: usize| {
-        let own: Vec<usize> = (0..o.peers).filter(|i| i % count == d).collect();
-        let total = (0..o.packets).filter(|k| (k % o.peers) % count == d).count();
+        let own: Vec<usize> = (0..o.peers).filter(|&i| queue_of[i] == d).collect();
+        let total = (0..o.packets).filter(|k| queue_of[k % o.peers] == d).count();
         (own, total)
     };
     let work = |_: usize, ctx: &Ctx, (own, total): (Vec<usize>, usize)| {

@@ -34,6 +34,9 @@ pub struct Plan {
     pub poisson: bool,
     /// Round trips (closed loop, one outstanding) instead of streams.
     pub rr: bool,
+    /// Round-trip probes per second per client beside a stream (latency under load; at most
+    /// one outstanding per client; 0: none).
+    pub probe_rate: u32,
 }
 
 /// Counters the main thread reads while the run goes on (for the progress bar).
@@ -58,8 +61,10 @@ pub struct Client {
     pub sent: u64,
     pub received: u64,
     pub rx_bytes: u64,
-    /// Round trips: the outstanding request (seq, sent at), done and timed out.
+    /// Round trips: the outstanding request (seq, sent at), done and timed out. A probe
+    /// beside a stream is a round trip too, but neither a send nor a receive of the stream.
     outstanding: Option<(u64, Instant)>,
+    probing: bool,
     pub rr_done: u64,
     pub rr_lost: u64,
 }
@@ -100,6 +105,7 @@ impl Client {
             received: 0,
             rx_bytes: 0,
             outstanding: None,
+            probing: false,
             rr_done: 0,
             rr_lost: 0,
         })
@@ -149,9 +155,11 @@ impl Client {
                             down.record(wire::now_ns().saturating_sub(h.sent_ns));
                         }
                         Kind::Response if self.outstanding.is_some_and(|(seq, _)| seq == h.seq) => {
-                            self.received += 1;
-                            self.rx_bytes += range.len() as u64;
-                            got += 1;
+                            if !self.probing {
+                                self.received += 1;
+                                self.rx_bytes += range.len() as u64;
+                                got += 1;
+                            }
                             self.rr_done += 1;
                             rtt.record(wire::now_ns().saturating_sub(h.sent_ns));
                             self.outstanding = None;
@@ -198,6 +206,20 @@ fn gap(rate: u32, poisson: bool, rng: &mut ChaCha20Rng) -> Duration {
     Duration::from_secs_f64(-mean * (1.0 - u).ln())
 }
 
+/// A round-trip probe beside the stream: a small request the target echoes, unless the
+/// previous one is still out (under a second); one out longer is counted lost.
+fn probe(c: &mut Client, now: Instant, out: &mut [u8]) {
+    if let Some((_, sent)) = c.outstanding {
+        if now.duration_since(sent) < Duration::from_secs(1) {
+            return;
+        }
+        c.rr_lost += 1;
+    }
+    c.seq += 1;
+    c.outstanding = Some((c.seq, now));
+    c.send(&header(Kind::Request, c.id, c.seq, 0, 0), out, wire::MIN_PACKET);
+}
+
 /// Runs a share of the clients until the phase is STOP.
 pub fn worker(mut clients: Vec<Client>, plan: Plan, phase: &AtomicU8, live: &Live, seed: u64) -> WorkerResult {
     // SAFETY: epoll_create1 has no memory arguments.
@@ -219,33 +241,56 @@ pub fn worker(mut clients: Vec<Client>, plan: Plan, phase: &AtomicU8, live: &Liv
     let mut last_tick = Instant::now();
     let mut started: Option<(Instant, f64)> = None;
     let mut late = 0;
+    let mut hello_scan = Instant::now();
+    // Heap entries at `probes + i` are client i's next probe, the others its next send.
+    let probes = clients.len();
+    for c in &mut clients {
+        c.probing = plan.probe_rate > 0;
+    }
     loop {
         let now = Instant::now();
         let p = phase.load(Ordering::SeqCst);
         if p == STOP {
             break;
         }
-        if p == HANDSHAKE {
+        // Hellos are looked for ten times a second: a scan of every client on every wake-up
+        // would cost the generator more than its sends at 10,000 clients.
+        let mut hellos = now >= hello_scan;
+        if hellos {
+            hello_scan = now + Duration::from_millis(100);
+        }
+        if p == HANDSHAKE && hellos {
             // A hello starts each handshake, and is repeated until the session is up.
             for c in clients.iter_mut().filter(|c| !c.up && c.next_hello <= now) {
                 c.next_hello = now + Duration::from_secs(1);
                 c.send(&header(Kind::Hello, c.id, 0, 0, 0), &mut out, wire::MIN_PACKET);
             }
-        } else if started.is_none() {
+        } else if p != HANDSHAKE && started.is_none() {
             started = Some((now, thread_cpu_seconds()));
+            hellos = true; // the downloads' hellos go at once
             for (i, c) in clients.iter_mut().enumerate() {
-                if plan.down_rate > 0 {
-                    c.send(
-                        &header(Kind::Hello, c.id, 0, plan.down_rate, plan.size),
-                        &mut out,
-                        wire::MIN_PACKET,
-                    );
-                }
+                c.next_hello = now;
                 if plan.up_rate > 0 || plan.rr {
                     // Spread the first sends over one gap so clients do not start in step.
                     let first = gap(plan.up_rate.max(1), true, &mut rng).min(Duration::from_secs(1));
                     due.push(Reverse((now + first, i)));
                 }
+                if plan.probe_rate > 0 {
+                    let first = gap(plan.probe_rate, true, &mut rng).min(Duration::from_secs(1));
+                    due.push(Reverse((now + first, probes + i)));
+                }
+            }
+        }
+        if p == TRAFFIC && plan.down_rate > 0 && hellos {
+            // The hello that asks the target for a download, repeated until the download
+            // arrives: a lost hello would leave the client without one.
+            for c in clients.iter_mut().filter(|c| c.received == 0 && c.next_hello <= now) {
+                c.next_hello = now + Duration::from_millis(500);
+                c.send(
+                    &header(Kind::Hello, c.id, 0, plan.down_rate, plan.size),
+                    &mut out,
+                    wire::MIN_PACKET,
+                );
             }
         }
         // Sends that are due; at most a few hundred per round so receiving keeps up.
@@ -255,6 +300,12 @@ pub fn worker(mut clients: Vec<Client>, plan: Plan, phase: &AtomicU8, live: &Liv
                 break;
             }
             due.pop();
+            if i >= probes {
+                probe(&mut clients[i - probes], now, &mut out);
+                let next = gap(plan.probe_rate, true, &mut rng);
+                due.push(Reverse((now + next, i)));
+                continue;
+            }
             let c = &mut clients[i];
             if plan.rr {
                 if let Some((_, sent)) = c.outstanding {

@@ -109,6 +109,10 @@ pub struct RunArgs {
     /// streams; --rate then caps each client's request rate.
     #[arg(long)]
     pub rr: bool,
+    /// Round-trip probes per second per client beside the stream, for latency under load:
+    /// small requests the target echoes, at most one outstanding per client (0: none).
+    #[arg(long, default_value_t = 0, conflicts_with = "rr", value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub probe_rate: u32,
     /// Seconds of traffic.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
@@ -170,6 +174,8 @@ pub struct Report {
     pub direction: Direction,
     pub rr: bool,
     pub rate_per_client: u32,
+    /// Round-trip probes per second per client beside the stream (0: none).
+    pub probe_rate_per_client: u32,
     pub size: usize,
     pub seconds: f64,
     pub up_gbit: f64,
@@ -209,8 +215,15 @@ fn check(a: &RunArgs) -> Result<()> {
     if !(a.duration > 0.0 && a.duration <= 86_400.0) {
         bail!("--duration must be more than 0 and at most 86400 seconds");
     }
-    if a.bind.iter().any(|b| !b.is_ipv4() && !b.is_unspecified()) {
-        bail!("--bind: IPv6 outer addresses are not supported yet");
+    if let Some(b) = a
+        .bind
+        .iter()
+        .find(|b| !b.is_unspecified() && b.is_ipv4() != a.server.is_ipv4())
+    {
+        bail!(
+            "--bind {b}: not of the address family of --server {} (IPv4 and IPv6 do not mix on one socket)",
+            a.server
+        );
     }
     Ok(())
 }
@@ -312,7 +325,13 @@ pub fn run(a: &RunArgs) -> Result<Report> {
             dst: target,
             dport: TARGET.port(),
         };
-        let bind = SocketAddr::new(a.bind[i % a.bind.len()], 0);
+        let bind = match a.bind[i % a.bind.len()] {
+            // Unspecified: any address of the server's family.
+            b if b.is_unspecified() && a.server.is_ipv6() => IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED),
+            b if b.is_unspecified() => IpAddr::from(Ipv4Addr::UNSPECIFIED),
+            b => b,
+        };
+        let bind = SocketAddr::new(bind, 0);
         clients.push(
             Client::new(i as u32, k, server_pub, a.server, bind, flow, a.size)
                 .with_context(|| format!("client {i}: cannot open its socket on {bind}"))?,
@@ -333,6 +352,7 @@ pub fn run(a: &RunArgs) -> Result<Report> {
         size: a.size,
         poisson: a.poisson,
         rr: a.rr,
+        probe_rate: a.probe_rate,
     };
     let phase = Arc::new(AtomicU8::new(HANDSHAKE));
     let live = Arc::new(Live::default());
@@ -513,6 +533,7 @@ fn report(
         direction: a.direction,
         rr: a.rr,
         rate_per_client: a.rate,
+        probe_rate_per_client: a.probe_rate,
         size: a.size,
         seconds,
         up_gbit: up_bytes as f64 * 8.0 / seconds / 1e9,
@@ -571,6 +592,13 @@ pub fn render(r: &Report) -> String {
     );
     if r.rr {
         s += &format!("  round trips: {}, {} timed out\n", lat(&r.round_trip), r.rr_lost);
+    } else if r.probe_rate_per_client > 0 {
+        s += &format!(
+            "  round trips under load ({} probes/s per client): {}, {} timed out\n",
+            r.probe_rate_per_client,
+            lat(&r.round_trip),
+            r.rr_lost
+        );
     }
     s += &format!(
         "  fairness (Jain) {:.3}; load generator {:.2} cores on {} thread(s), sink {:.2} cores\n",
@@ -619,5 +647,35 @@ mod tests {
             panic!("run")
         };
         assert!(check(&a).unwrap_err().to_string().contains("--size"));
+        // Probes beside a stream, not beside round trips.
+        assert!(parse(&[
+            "run",
+            "--clients",
+            "2",
+            "--server",
+            "1.2.3.4:5",
+            "--rr",
+            "--probe-rate",
+            "5"
+        ])
+        .is_err());
+        // IPv6 outer addresses, but not mixed with an IPv4 server.
+        let run = |args: &[&str]| {
+            let mut all = vec!["run", "--clients", "2"];
+            all.extend_from_slice(args);
+            match parse(&all).unwrap() {
+                T {
+                    c: LoadgenCommand::Run(a),
+                } => check(&a),
+                _ => panic!("run"),
+            }
+        };
+        assert!(run(&["--server", "[fd00::2]:51820", "--bind", "fd00::10,fd00::11"]).is_ok());
+        assert!(
+            run(&["--server", "[fd00::2]:51820"]).is_ok(),
+            "0.0.0.0 means any address"
+        );
+        let mixed = run(&["--server", "10.0.0.2:51820", "--bind", "fd00::10"]).unwrap_err();
+        assert!(mixed.to_string().contains("address family"), "{mixed}");
     }
 }
