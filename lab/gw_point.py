@@ -5,7 +5,9 @@ import json
 import sys
 
 # window: seconds between the two CPU readings (the flows' start to the last one's end).
+# jiffies: each gateway's daemons' CPU time over the window, in clock ticks, "GW1,GW2".
 impl, kind, n, window, jiffies, ticks, logdir, before = sys.argv[1:9]
+gateways = [int(j) / int(ticks) / float(window) for j in jiffies.split(",")]
 bits = 0.0
 for f in glob.glob(f"{logdir}/flow-*.json"):
     try:
@@ -31,5 +33,5 @@ for i, (b, a) in enumerate(zip(stat(before), stat(open("/proc/stat").read()))):
 print(json.dumps({
     "impl": impl, "clients": int(n), "kind": kind, "server": None,
     "report": {"up_gbit": bits / 1e9, "down_gbit": 0.0,
-               "server_cores": int(jiffies) / int(ticks) / float(window), "machine_cpu": cpu},
+               "server_cores": sum(gateways), "gateway_cores": gateways, "machine_cpu": cpu},
 }))

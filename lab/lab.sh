@@ -154,9 +154,10 @@ gw_point() {
             for _ in $(seq 50); do ip netns exec lab-dst ss -ltn | grep -q ":$port " && break; sleep 0.1; done
         done
     done
-    local stat0 cpu0 t0 pids=()
+    local stat0 gw1 gw2 t0 pids=()
     stat0=$(cat /proc/stat)
-    cpu0=$(($(ns_cpu lab-gw1) + $(ns_cpu lab-gw2)))
+    gw1=$(ns_cpu lab-gw1)
+    gw2=$(ns_cpu lab-gw2)
     t0=$(date +%s.%N)
     for t in $(seq 1 "$tunnels"); do
         for f in $(seq 1 "$flows"); do
@@ -166,18 +167,19 @@ gw_point() {
         done
     done
     wait "${pids[@]}" || true
-    local cpu1 elapsed
-    cpu1=$(($(ns_cpu lab-gw1) + $(ns_cpu lab-gw2)))
+    local elapsed
+    gw1=$(($(ns_cpu lab-gw1) - gw1))
+    gw2=$(($(ns_cpu lab-gw2) - gw2))
     # The CPU time is over the whole window, which is longer than SECS when many flows
     # start one after another: divide by the window, not by SECS.
     elapsed=$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$t0" "$(date +%s.%N)")
-    python3 "$ROOT/lab/gw_point.py" "$impl" "$kind" "$n" "$elapsed" "$((cpu1 - cpu0))" "$(getconf CLK_TCK)" \
+    python3 "$ROOT/lab/gw_point.py" "$impl" "$kind" "$n" "$elapsed" "$gw1,$gw2" "$(getconf CLK_TCK)" \
         "$LOGDIR" "$stat0" >>"$OUT/results.jsonl"
     rm -f "$LOGDIR"/flow-*.json
     tail -1 "$OUT/results.jsonl" | python3 -c 'import json, sys
 r = json.load(sys.stdin)
-print("  %-14s %-8s %2d: %.2f Gbit/s, gateways %.2f cores" % (r["impl"], r["kind"], r["clients"],
-      r["report"]["up_gbit"], r["report"]["server_cores"]))'
+print("  %-14s %-8s %2d: %.2f Gbit/s, gateways %.2f cores (%.2f + %.2f)" % (r["impl"], r["kind"],
+      r["clients"], r["report"]["up_gbit"], r["report"]["server_cores"], *r["report"]["gateway_cores"]))'
     gw_teardown
 }
 

@@ -368,9 +368,9 @@ fn many_tunnels(dir: &Path, points: &[Point]) -> Result<String> {
     let _ = writeln!(md, "## The figures\n");
     let _ = writeln!(
         md,
-        "| implementation | tunnels x flows | Gbit/s | gateways' daemons, cores | cores per Gbit/s | per-CPU busy |"
+        "| implementation | tunnels x flows | Gbit/s | gateways' daemons, cores | sending / receiving gateway, cores | cores per Gbit/s | per-CPU busy |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
     for p in points {
         let (t, f) = if p.kind == "tunnels" {
             (p.clients, 1)
@@ -378,11 +378,15 @@ fn many_tunnels(dir: &Path, points: &[Point]) -> Result<String> {
             (1, p.clients)
         };
         let sc = p.report["server_cores"].as_f64().unwrap_or(0.0);
+        // Each gateway's own daemons (lab-gw1 sends into the tunnels, lab-gw2 receives).
+        let gateway = |i: usize| p.report["gateway_cores"][i].as_f64().unwrap_or(0.0);
         let _ = writeln!(
             md,
-            "| {} | {t} x {f} | {:.2} | {sc:.2} | {:.2} | {} |",
+            "| {} | {t} x {f} | {:.2} | {sc:.2} | {:.2} / {:.2} | {:.2} | {} |",
             p.implementation,
             p.gbit(),
+            gateway(0),
+            gateway(1),
             sc / p.gbit().max(1e-9),
             p.busy()
                 .iter()
@@ -512,6 +516,39 @@ mod tests {
             .unwrap()
             .contains("| ordo-pool | 10 | 0.200 |"));
         assert!(report(&dir, "nonsense").is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn many_tunnels_report_splits_the_gateways() {
+        let dir = std::env::temp_dir().join(format!("ordo-lab-tunnels-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut lines = String::new();
+        for (i, kind, n, gbit) in [
+            ("ordo-inline", "tunnels", 1, 2.0),
+            ("ordo-inline", "tunnels", 16, 3.0),
+            ("ordo-inline", "flows", 4, 1.5),
+            ("wireguard-go", "tunnels", 16, 1.0),
+        ] {
+            lines += &serde_json::json!({
+                "impl": i, "clients": n, "kind": kind, "server": null,
+                "report": {"up_gbit": gbit, "down_gbit": 0.0, "server_cores": 1.5,
+                           "gateway_cores": [0.75, 0.5], "machine_cpu": [{"idle": 0.1}, {"idle": 0.2}]}
+            })
+            .to_string();
+            lines.push('\n');
+        }
+        std::fs::write(dir.join("results.jsonl"), lines).unwrap();
+        report(&dir, "many-tunnels").unwrap();
+        let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(
+            md.contains("| ordo-inline | 16 x 1 | 3.00 | 1.50 | 0.75 / 0.50 | 0.50 | 90% 80% |"),
+            "{md}"
+        );
+        assert!(md.contains("| ordo-inline | 1 x 4 | 1.50 |"), "{md}");
+        for f in ["tunnels.svg", "flows.svg", "cores.svg"] {
+            assert!(std::fs::read_to_string(dir.join(f)).unwrap().starts_with("<svg"), "{f}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

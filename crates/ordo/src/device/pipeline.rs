@@ -15,7 +15,7 @@
 //! window, timers, roaming), never during the crypto.
 
 use super::batch::Datagram;
-use super::lane::Finish;
+use super::lane::{Finish, Lane};
 use super::model::{Model, Plan};
 use super::peers::{self, PeerPlane, Seen};
 use super::stats::{Stage, Stats, ThreadStats};
@@ -344,23 +344,8 @@ impl<I: Io> DataPlane<I> {
             count += b.packets.len();
         }
         self.stats.record(Stage::Decrypt, &ctx.stats, count, start);
-        let mut runs = Vec::new();
-        for b in batches {
-            let (peer, ticket) = (b.peer.clone(), b.ticket);
-            if self.plan.model == Model::Threaded {
-                peer.inbound.file(ticket, b);
-                self.ring(&peer);
-            } else if let Finish::Deliver(run) = peer.inbound.finish(ticket, b) {
-                runs.push((peer, run));
-            }
-        }
-        while !runs.is_empty() {
-            self.deliver_inbound(&mut runs, ctx);
-            runs = runs
-                .into_iter()
-                .filter_map(|(peer, _)| Some((peer.clone(), peer.inbound.continue_delivery()?)))
-                .collect();
-        }
+        let keys = batches.iter().map(|b| (b.peer.clone(), b.ticket)).collect();
+        self.finish(batches, keys, |p| &p.inbound, |runs| self.deliver_inbound(runs, ctx));
     }
 
     /// Encrypts a set of batches with their reserved counters, hands each to its lane, then
@@ -378,21 +363,34 @@ impl<I: Io> DataPlane<I> {
             count += b.packets.len();
         }
         self.stats.record(Stage::Encrypt, &ctx.stats, count, start);
+        let keys = batches.iter().map(|b| (b.peer.clone(), b.ticket)).collect();
+        self.finish(batches, keys, |p| &p.outbound, |runs| self.deliver_outbound(runs, ctx));
+    }
+
+    /// Files each done batch in its peer's lane (`keys`: each batch's peer and ticket), then
+    /// delivers every lane this thread became the deliverer of, together, until none has
+    /// more. Threaded: rings each peer's delivery thread instead.
+    fn finish<B>(
+        self: &Arc<Self>,
+        batches: Vec<B>,
+        keys: Vec<(Arc<PeerPlane>, u64)>,
+        lane: impl Fn(&PeerPlane) -> &Lane<B>,
+        deliver: impl Fn(&mut [(Arc<PeerPlane>, Vec<B>)]),
+    ) {
         let mut runs = Vec::new();
-        for b in batches {
-            let (peer, ticket) = (b.peer.clone(), b.ticket);
+        for (b, (peer, ticket)) in batches.into_iter().zip(keys) {
             if self.plan.model == Model::Threaded {
-                peer.outbound.file(ticket, b);
+                lane(&peer).file(ticket, b);
                 self.ring(&peer);
-            } else if let Finish::Deliver(run) = peer.outbound.finish(ticket, b) {
+            } else if let Finish::Deliver(run) = lane(&peer).finish(ticket, b) {
                 runs.push((peer, run));
             }
         }
         while !runs.is_empty() {
-            self.deliver_outbound(&runs, ctx);
+            deliver(&mut runs);
             runs = runs
                 .into_iter()
-                .filter_map(|(peer, _)| Some((peer.clone(), peer.outbound.continue_delivery()?)))
+                .filter_map(|(peer, _)| Some((peer.clone(), lane(&peer).continue_delivery()?)))
                 .collect();
         }
     }
