@@ -81,7 +81,7 @@ impl Session {
 
     /// Authenticates and decrypts a whole data message in place, leaving the plaintext at
     /// `msg[DATA_HEADER_LEN..DATA_HEADER_LEN + len]`; returns the counter and `len`. The
-    /// replay window is not consulted: [`Self::accept_counter`] does that, in order.
+    /// replay window is not consulted: [`Self::replay_window`] does that, in order.
     pub fn open_in_place(&self, msg: &mut [u8]) -> Result<(u64, usize), OpenError> {
         let h = DataHeader::parse(msg);
         let len = self
@@ -91,12 +91,8 @@ impl Session {
         Ok((h.counter, len))
     }
 
-    /// Accepts an authenticated counter exactly once (the replay window).
-    pub fn accept_counter(&self, counter: u64) -> bool {
-        self.replay.lock().unwrap_or_else(|p| p.into_inner()).accept(counter)
-    }
-
-    /// The replay window, held for a run of counters (one lock for the run).
+    /// The replay window, which accepts an authenticated counter exactly once; held for a
+    /// run of counters (one lock for the run).
     pub fn replay_window(&self) -> std::sync::MutexGuard<'_, ReplayWindow> {
         self.replay.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -147,12 +143,12 @@ mod tests {
         let mut copy = m[..n].to_vec();
         assert_eq!(b.open_in_place(&mut m[..n]), Ok((0, 16)));
         assert_eq!(&m[16..32], b"sixteen bytes!!!");
-        assert!(b.accept_counter(0));
+        assert!(b.replay_window().accept(0));
         assert_eq!(
             b.open_in_place(&mut copy),
             Ok((0, 16)),
             "opening alone does not consume"
         );
-        assert!(!b.accept_counter(0));
+        assert!(!b.replay_window().accept(0));
     }
 }

@@ -3,12 +3,15 @@
 //! peers are plain protocol cores that complete real handshakes with it in memory. Two
 //! phases are timed: *seal* (packets in, messages out: the read stage, workers and outbound
 //! delivery) and *open* (messages in, packets out: the receive stage, workers and inbound
-//! delivery, replay window and allowed-IPs checks included). Each is reported beside the
-//! AEAD ceiling, the same seal or open in a plain loop on one core, measured by the same
-//! binary in the same run.
+//! delivery, replay window and allowed-IPs checks included). Each runs `rounds` times, and
+//! each round is followed by two AEAD ceilings measured by the same binary: the same seal or
+//! open in a plain loop on one core, and on every crypto thread's CPU at once (what the
+//! machine's cores give together). A ceiling does the round's work per thread and is timed
+//! like the round, until its last thread is done. Figures are medians over the rounds.
 //!
-//! The models that have queues (inline, auto) get one dispatching thread per queue, each
-//! carrying the peers of its queue, as the kernel's steering would give them.
+//! The models that have queues (inline, auto) get one dispatching thread per queue, pinned
+//! where the device pins that queue's thread and carrying the peers of its queue, as the
+//! kernel's steering would give them.
 
 use crate::device::batch::{Datagram, BATCH};
 use crate::device::model::{Model, Plan, PlaneConfig};
