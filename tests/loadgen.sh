@@ -3,7 +3,8 @@
 # against a server in another (Ordo, wireguard-go, boringtun), configured from
 # `ordo loadgen setup` with `wg setconf`, the sink behind it. Checks that every client
 # completed a real handshake, that the traffic of each kind arrived, and that the figures
-# hang together. Run as root after `cargo build --release`:
+# hang together; then that clients rekey on their own timers (130 s; LOADGEN_QUICK=1 skips
+# it). Run as root after `cargo build --release`:
 #
 #   tests/loadgen.sh [IMPL...]        (default: ordo wireguard-go boringtun)
 set -uo pipefail
@@ -85,5 +86,26 @@ assert r['up_loss'] < 0.02, r['up_loss']
 " --rate 200 --duration 2 --direction up --bind fd77::10,fd77::11
     teardown
 done
+# Real timers: 8 clients for 130 s rekey once each (REKEY_AFTER_TIME is 120 s) with no loss;
+# the server (Ordo) counts every handshake it completed. LOADGEN_QUICK=1 skips it.
+if [[ -z ${LOADGEN_QUICK:-} ]]; then
+    CLIENTS=8
+    server ordo
+    failed_before=$FAILED
+    check "rekey[ordo]" "
+assert r['clients_up'] == 8 and r['up_loss'] < 0.01, r['up_loss']
+" --rate 20 --duration 130
+    if ((FAILED == failed_before)) && ! ip netns exec "$NS_B" "$ORDO" show "$IF_B" --json | python3 -c '
+import json, sys
+n = json.load(sys.stdin)[0]["counters"]["handshakes_completed"]
+print("    handshakes completed by the server:", n)
+assert n >= 16, "each client handshook at least twice"
+'; then
+        PASSED=$((PASSED - 1))
+        FAILED=$((FAILED + 1))
+        echo "FAIL  rekey[ordo]: fewer than two handshakes per client"
+    fi
+    teardown
+fi
 echo "loadgen: $PASSED passed, $FAILED failed"
 ((FAILED == 0))
