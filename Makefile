@@ -30,7 +30,8 @@ interop: build
 	tests/install-deps.sh
 	tests/interop/interop.sh
 
-# The load generator, short: 24 clients against Ordo, wireguard-go and boringtun.
+# The load generator: 24 clients against Ordo, wireguard-go and boringtun, then 8 clients
+# rekeying on their own timers (130 s).
 loadgen: build
 	tests/install-deps.sh
 	tests/loadgen.sh
