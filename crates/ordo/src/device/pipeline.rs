@@ -428,12 +428,14 @@ impl<I: Io> DataPlane<I> {
         // Cannot happen by construction (see lane.rs); counted if it ever does.
         let empty = runs.iter().filter(|(_, run)| run.is_empty()).count();
         st.wasted_wakeups.fetch_add(empty as u64, Ordering::Relaxed);
-        let mut accepted: Vec<Vec<(usize, usize, usize)>> = Vec::with_capacity(runs.len());
+        // The accepted packets of every run, one list; run r's are accepted[ends[r-1]..ends[r]]
+        // (one allocation per delivery, not one per peer).
+        let mut accepted: Vec<(usize, usize, usize)> = Vec::new();
+        let mut ends = Vec::with_capacity(runs.len());
         let transmits = {
             let (now, wall) = (Instant::now(), SystemTime::now());
             let mut core = self.core();
             for (_, run) in runs.iter() {
-                let mut mine = Vec::new();
                 for (bi, b) in run.iter().enumerate() {
                     let failed = b.packets.iter().filter(|p| p.opened.is_none()).count();
                     for _ in 0..failed {
@@ -455,25 +457,26 @@ impl<I: Io> DataPlane<I> {
                     core.accept_data_run(now, wall, b.peer.id, &b.session, messages, |verdict| {
                         let pi = positions.next().expect("one verdict per message");
                         if let Ok(Accepted::Packet { len }) = verdict {
-                            mine.push((bi, pi, len));
+                            accepted.push((bi, pi, len));
                         }
                     });
                 }
-                accepted.push(mine);
+                ends.push(accepted.len());
             }
             drain(&mut core)
         };
         // Each peer's own queue, whoever delivers: the TUN device sends a flow's packets back
         // through the queue that last wrote it, so writing a peer's flows from one queue keeps
         // them on one reader (two readers would reorder them).
-        let mut delivered = 0;
-        for ((peer, run), accepted) in runs.iter_mut().zip(&accepted) {
+        let mut from = 0;
+        for ((peer, run), &end) in runs.iter_mut().zip(&ends) {
             if !run.is_empty() {
-                self.io
-                    .write_inner(self, peer.queue.load(Ordering::Relaxed), run, accepted);
-                delivered += accepted.len();
+                let queue = peer.queue.load(Ordering::Relaxed);
+                self.io.write_inner(self, queue, run, &accepted[from..end]);
             }
+            from = end;
         }
+        let delivered = accepted.len();
         self.send_transmits(runs[0].0.queue.load(Ordering::Relaxed), transmits);
         self.stats.record(Stage::DeliverInbound, &ctx.stats, delivered, start);
     }
