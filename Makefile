@@ -22,6 +22,10 @@ test: lint unit interop loadgen lab-short
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --locked -- -D warnings
+	@# Under pipefail, `cmd | grep -q` fails at random: grep quits at the first match and a
+	@# writer that flushes per line (ip, ss) dies of SIGPIPE. Pipes end in `grep ... >/dev/null`.
+	@! grep -nE '\| *(grep -[a-zA-Z]*q|head)' tests/*.sh tests/interop/*.sh lab/*.sh scripts/*.sh .ci/run \
+		|| { echo 'lint: a pipe into grep -q or head (see the Makefile comment)'; exit 1; }
 
 unit:
 	$(CARGO) test --workspace --locked

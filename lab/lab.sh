@@ -50,7 +50,7 @@ lab_server() {
     ip netns exec "$NS_B" wg setconf "$IF_B" "$LOGDIR/server.conf"
     ip -n "$NS_B" addr add 10.200.0.1/16 dev "$IF_B"
     ip -n "$NS_B" link set "$IF_B" mtu 1420 up
-    SERVER_PID=$(ip netns pids "$NS_B" | head -1)
+    SERVER_PID=$(ip netns pids "$NS_B" | sed -n 1p)
 }
 
 # point IMPL CLIENTS KIND LOADGEN-ARGS...: one loadgen run against the server in place,
@@ -151,7 +151,7 @@ gw_point() {
         for f in $(seq 1 "$flows"); do
             port=$((5200 + 10 * t + f))
             ip netns exec lab-dst iperf3 -s -1 -B "10.220.$t.2" -p "$port" >/dev/null 2>&1 &
-            for _ in $(seq 50); do ip netns exec lab-dst ss -ltn | grep -q ":$port " && break; sleep 0.1; done
+            for _ in $(seq 50); do ip netns exec lab-dst ss -ltn | grep ":$port " >/dev/null && break; sleep 0.1; done
         done
     done
     local stat0 gw1 gw2 t0 pids=()

@@ -38,7 +38,7 @@ measure() {
     cpu0=$(( $(ns_cpu "$NS_A") + $(ns_cpu "$NS_B") ))
     ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
     local srv=$!
-    for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep -q ':5201 ' && break; sleep 0.1; done
+    for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break; sleep 0.1; done
     json=$(ip netns exec "$NS_A" iperf3 -c "$IN_B" -t "$secs" -J "$@")
     wait $srv 2>/dev/null || true
     cpu1=$(( $(ns_cpu "$NS_A") + $(ns_cpu "$NS_B") ))

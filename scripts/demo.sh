@@ -42,7 +42,7 @@ ip netns exec "$NS_A" ping -c 3 -i 0.2 "$IN6_B"
 
 step "iperf3, 10 seconds, $NS_A -> $NS_B through the tunnel"
 ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
-for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep -q ':5201 ' && break; sleep 0.1; done
+for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break; sleep 0.1; done
 ip netns exec "$NS_A" iperf3 -c "$IN_B" -t 10 -J >"$LOGDIR/iperf.json"
 python3 - "$LOGDIR/iperf.json" <<'PY'
 import json, sys

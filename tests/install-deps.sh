@@ -23,7 +23,7 @@ if [[ "${1:-}" != "--no-peers" ]]; then
         echo "install-deps: go install golang.zx2c4.com/wireguard@$WIREGUARD_GO_VERSION"
         go install "golang.zx2c4.com/wireguard@$WIREGUARD_GO_VERSION"
     fi
-    if ! boringtun-cli --version 2>/dev/null | grep -q "$BORINGTUN_VERSION"; then
+    if ! boringtun-cli --version 2>/dev/null | grep "$BORINGTUN_VERSION" >/dev/null; then
         echo "install-deps: cargo install boringtun-cli $BORINGTUN_VERSION"
         cargo install -q boringtun-cli --version "$BORINGTUN_VERSION" --locked
     fi

@@ -31,7 +31,7 @@ ping_ok() { ip netns exec "$1" ping -q -c "${3:-3}" -i 0.2 -w "${4:-10}" "$2" >/
 run_test() {
     local name=$1
     shift
-    if ((${#SELECTED[@]})) && ! printf '%s\n' "${SELECTED[@]}" | grep -qx "${name%%[*}"; then
+    if ((${#SELECTED[@]})) && ! printf '%s\n' "${SELECTED[@]}" | grep -x "${name%%[*}" >/dev/null; then
         return
     fi
     local start=$SECONDS rc
@@ -79,7 +79,7 @@ iperf3_bytes() {
     ip netns exec "$NS_B" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
     local srv=$!
     for _ in $(seq 50); do
-        ip netns exec "$NS_B" ss -ltn | grep -q ':5201 ' && break
+        ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break
         sleep 0.1
     done
     out=$(ip netns exec "$1" iperf3 -c "$2" -p 5201 -t 5 -J "${@:3}") || { kill $srv 2>/dev/null; return 1; }
@@ -132,7 +132,7 @@ while (b := c.recv(1 << 16)):
 print(h.hexdigest())
 EOF2
     local srv=$!
-    for _ in $(seq 50); do ip netns exec "$1" ss -ltn | grep -q ':5555 ' && break; sleep 0.1; done
+    for _ in $(seq 50); do ip netns exec "$1" ss -ltn | grep ':5555 ' >/dev/null && break; sleep 0.1; done
     local sent
     sent=$(ip netns exec "$3" python3 - "$2" <<'EOF2'
 import hashlib, random, socket, sys
@@ -167,7 +167,7 @@ t_psk() {
     (umask 077; "$ORDO" genkey >"$psk"; "$ORDO" genkey >"$other")
     tunnel ordo "$1" preshared-key "$psk"
     ping_ok "$NS_A" "$IN_B" || fail "ping with a shared psk"
-    wg show "$IF_A" preshared-keys | grep -q "$(cat "$psk")" || fail "psk not shown by wg"
+    wg show "$IF_A" preshared-keys | grep "$(cat "$psk")" >/dev/null || fail "psk not shown by wg"
     # Each test runs in a subshell, so these do not leak into the next one.
     EXTRA_A=(preshared-key "$psk")
     EXTRA_B=(preshared-key "$other")
@@ -342,18 +342,18 @@ t_default_route() {
     (umask 077; printf '[Interface]\nPrivateKey = %s\nAddress = %s/24\n\n[Peer]\nPublicKey = %s\nEndpoint = %s:%s\nAllowedIPs = 0.0.0.0/0\n' \
         "$KEY_A" "$IN_A" "$PUB_B" "$OUT_B" "$PORT_B" >"$conf")
     ORDO_LOG=$LOGDIR/up.log ip netns exec "$NS_A" "$ORDO" up "$conf" || fail "ordo up"
-    ip netns exec "$NS_A" ip rule | grep -q "not from all fwmark 0xca6c lookup 51820" || fail "no fwmark rule: $(ip netns exec "$NS_A" ip rule)"
+    ip netns exec "$NS_A" ip rule | grep "not from all fwmark 0xca6c lookup 51820" >/dev/null || fail "no fwmark rule: $(ip netns exec "$NS_A" ip rule)"
     [[ $(wg show "$IF_A" fwmark) == 0xca6c ]] || fail "the tunnel's packets are not marked"
     ping_ok "$NS_A" 10.200.0.1 || fail "ping through the default route"
     ip netns exec "$NS_A" "$ORDO" down "$conf" || fail "ordo down"
-    ! ip netns exec "$NS_A" ip rule | grep -q 51820 || fail "rules left behind"
+    ! ip netns exec "$NS_A" ip rule | grep 51820 >/dev/null || fail "rules left behind"
 }
 
 # The daemon keeps only CAP_NET_ADMIN and CAP_NET_BIND_SERVICE once running.
 t_privileges() {
     tunnel ordo ordo
     local pid
-    pid=$(ip netns pids "$NS_A" | head -1)
+    pid=$(ip netns pids "$NS_A" | sed -n 1p)
     local eff
     eff=$(awk '/^CapEff/ {print $2}' "/proc/$pid/status")
     # CAP_NET_BIND_SERVICE (10) and CAP_NET_ADMIN (12).
@@ -385,7 +385,7 @@ ok = all(d == bytes([i % 251]) * 1200 for i, d in enumerate(got))
 print(len(got), ok)
 ' "$IN_B" >"$out" &
     local rcv=$!
-    for _ in $(seq 50); do ip netns exec "$NS_B" ss -lun | grep -q ':6000 ' && break; sleep 0.1; done
+    for _ in $(seq 50); do ip netns exec "$NS_B" ss -lun | grep ':6000 ' >/dev/null && break; sleep 0.1; done
     ip netns exec "$NS_A" python3 -c '
 import socket, sys, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -444,7 +444,7 @@ t_auto_regime() {
     regime() { ordo_show | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["peers"][0]["placement"]["regime"])'; }
     [[ $(regime) == inline ]] || fail "a new peer starts inline, not $(regime)"
     ip netns exec "$NS_A" iperf3 -s -1 -p 5202 >/dev/null 2>&1 &
-    for _ in $(seq 50); do ip netns exec "$NS_A" ss -ltn | grep -q ':5202 ' && break; sleep 0.1; done
+    for _ in $(seq 50); do ip netns exec "$NS_A" ss -ltn | grep ':5202 ' >/dev/null && break; sleep 0.1; done
     ip netns exec "$NS_B" iperf3 -c "$IN_A" -p 5202 -t 10 >/dev/null 2>&1 &
     local client=$! seen=""
     for _ in $(seq 20); do

@@ -26,10 +26,14 @@ PORT_B=51821
 
 log() { printf '%s\n' "$*" >&2; }
 
+# Pipes end in `grep PATTERN >/dev/null`, never `grep -q`: grep -q quits at the first match,
+# `ip` writes one line per write(2) and dies of SIGPIPE, and pipefail fails the test
+# (CI failed that way once on `ip rule | grep -q`). `make lint` refuses the pattern.
+
 # Removes everything a test made: processes, namespaces, sockets.
 teardown() {
     for ns in "$NS_A" "$NS_B"; do
-        if ip netns list | grep -qw "$ns"; then
+        if ip netns list | grep -w "$ns" >/dev/null; then
             ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
         fi
     done
