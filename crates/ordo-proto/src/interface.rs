@@ -338,8 +338,9 @@ impl Interface {
     }
 
     /// Moves a peer to another receive queue. Its current session keeps the old index, so a
-    /// handshake starts now (subject to the usual rate limit): the new session's index
-    /// steers to the new queue. Returns false for an unknown peer.
+    /// handshake starts now, or as soon as the rate limit of one initiation per
+    /// REKEY_TIMEOUT allows: the new session's index steers to the new queue. Returns false
+    /// for an unknown peer.
     pub fn set_peer_queue(&mut self, id: PeerId, queue: u32, now: Instant, wall: SystemTime) -> bool {
         let queues = self.queues;
         let Some(peer) = self.peers.get_mut(&id) else {
@@ -350,15 +351,30 @@ impl Interface {
             return true;
         }
         peer.queue = queue;
-        let moved = peer
-            .sessions
-            .current
-            .as_ref()
-            .is_some_and(|s| steering::queue_of_index(s.local_index, queues) != queue);
-        if moved {
-            self.initiate(id, now, wall, false);
+        if self.session_off_queue(id) {
+            match self.peers[&id].last_handshake_sent {
+                // An initiation just went out (its index is on the old queue): the next one
+                // may go when the rate limit allows.
+                Some(t) if now.saturating_duration_since(t) < REKEY_TIMEOUT => {
+                    let peer = self.peers.get_mut(&id).expect("peer exists");
+                    peer.timers.requeue_at(t + REKEY_TIMEOUT);
+                }
+                _ => self.initiate(id, now, wall, false),
+            }
         }
         true
+    }
+
+    /// Whether the peer's current session has an index that steers to another queue than
+    /// the peer's.
+    fn session_off_queue(&self, id: PeerId) -> bool {
+        let Some(peer) = self.peers.get(&id) else {
+            return false;
+        };
+        peer.sessions
+            .current
+            .as_ref()
+            .is_some_and(|s| steering::queue_of_index(s.local_index, self.queues) != peer.queue)
     }
 
     /// The peer with this key, created if new. Returns None for our own key.
@@ -1039,7 +1055,7 @@ impl Interface {
             if e.send_keepalive || e.persistent_keepalive {
                 self.send_keepalive(id, now, wall);
             }
-            if e.new_handshake {
+            if e.new_handshake || (e.requeue && self.session_off_queue(id)) {
                 self.initiate(id, now, wall, false);
             }
             if e.zero_key_material {

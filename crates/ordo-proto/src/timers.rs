@@ -35,6 +35,9 @@ pub struct Expired {
     pub zero_key_material: bool,
     /// The persistent keepalive interval elapsed with nothing sent.
     pub persistent_keepalive: bool,
+    /// The peer moved to another receive queue while initiations were rate-limited: a
+    /// handshake may now move its session's index there.
+    pub requeue: bool,
 }
 
 impl Expired {
@@ -44,6 +47,7 @@ impl Expired {
             || self.new_handshake
             || self.zero_key_material
             || self.persistent_keepalive
+            || self.requeue
     }
 }
 
@@ -55,6 +59,7 @@ pub struct Timers {
     new_handshake: Option<Instant>,
     zero_key_material: Option<Instant>,
     persistent_keepalive: Option<Instant>,
+    requeue: Option<Instant>,
     need_another_keepalive: bool,
     /// Persistent keepalive interval; zero disables it.
     pub persistent_interval: Duration,
@@ -96,6 +101,14 @@ impl Timers {
 
     pub fn handshake_initiated(&mut self, now: Instant, jitter: Duration) {
         self.retransmit_handshake = Some(now + REKEY_TIMEOUT + jitter);
+        // This initiation carries an index on the peer's current queue.
+        self.requeue = None;
+    }
+
+    /// The peer moved to another receive queue and the handshake that moves its session's
+    /// index there may not start before `at` (one initiation per REKEY_TIMEOUT).
+    pub fn requeue_at(&mut self, at: Instant) {
+        self.requeue = Some(at);
     }
 
     pub fn handshake_complete(&mut self) {
@@ -137,6 +150,7 @@ impl Timers {
             self.new_handshake,
             self.zero_key_material,
             self.persistent_keepalive,
+            self.requeue,
         ]
         .into_iter()
         .flatten()
@@ -160,6 +174,7 @@ impl Timers {
             new_handshake: take(&mut self.new_handshake, now),
             zero_key_material: take(&mut self.zero_key_material, now),
             persistent_keepalive: take(&mut self.persistent_keepalive, now),
+            requeue: take(&mut self.requeue, now),
         };
         if e.send_keepalive && self.need_another_keepalive {
             self.need_another_keepalive = false;

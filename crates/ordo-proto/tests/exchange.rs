@@ -619,3 +619,36 @@ fn receiver_indices_steer_to_the_peers_queue() {
         .collect();
     assert_eq!(firsts.len(), 2, "both queues are used");
 }
+
+/// A peer moved right after a handshake (the placement acts as soon as traffic shows its
+/// load) cannot initiate at once (one initiation per REKEY_TIMEOUT): the handshake that
+/// moves its index comes when the limit allows, not at the next rekey two minutes later.
+#[test]
+fn a_peer_moved_during_the_rate_limit_is_rekeyed_when_it_ends() {
+    use ordo_proto::steering::queue_of_message;
+    let mut n = Net::new(None);
+    n.a.set_queues(2);
+    assert!(n.a.set_peer_queue(n.pa, 0, n.now, n.wall()));
+    n.send(true, b"one");
+    assert_eq!(n.tun_b.len(), 1, "the first handshake is done");
+    let before = n.initiations_from_a();
+    n.advance(Duration::from_secs(1));
+    assert!(n.a.set_peer_queue(n.pa, 1, n.now, n.wall()));
+    n.pump();
+    assert_eq!(n.initiations_from_a(), before, "still inside the rate limit");
+    n.advance(REKEY_TIMEOUT - Duration::from_secs(1) - Duration::from_millis(1));
+    assert_eq!(n.initiations_from_a(), before, "not before the limit ends");
+    n.advance(Duration::from_millis(1));
+    assert_eq!(n.initiations_from_a(), before + 1, "the move's handshake");
+    let sent_before = n.wire_from_b.len();
+    n.send(false, b"two");
+    assert_eq!(n.tun_a.len(), 1);
+    let after: Vec<Option<u32>> = n.wire_from_b[sent_before..]
+        .iter()
+        .map(|d| queue_of_message(d, 2))
+        .collect();
+    assert_eq!(after, vec![Some(1)]);
+    // Nothing more is owed: no further initiation on the next ticks.
+    n.advance(REKEY_TIMEOUT * 2);
+    assert_eq!(n.initiations_from_a(), before + 1);
+}

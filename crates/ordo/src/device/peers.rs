@@ -9,8 +9,10 @@
 //!
 //! The decisions are made from each peer's load, in cores: its packets in the last interval
 //! times the measured cost of a packet's whole path (receive or read, crypto, delivery).
-//! They move at most one peer per interval and need a clear imbalance, so that noise does
-//! not make peers flap.
+//! A queue's load also counts what else keeps its core busy (cpuload.rs): a queue pinned to
+//! a core that another process saturates gives its peers to a freer one. Decisions move at
+//! most one peer per interval and need a clear imbalance, and a moved peer stays put for a
+//! while, so that noise does not make peers flap.
 
 use super::lane::Lane;
 use super::model::Model;
@@ -32,6 +34,9 @@ pub const MIN_DWELL: Duration = Duration::from_secs(5);
 pub const IMBALANCE: f64 = 0.2;
 /// How often loads are measured and decisions made.
 pub const INTERVAL: Duration = Duration::from_secs(1);
+/// A peer moved to another queue stays there at least this long: each move costs a
+/// handshake, and the loads need a few intervals to show the move's effect.
+pub const QUEUE_DWELL: Duration = Duration::from_secs(3);
 
 pub struct PeerPlane {
     pub id: PeerId,
@@ -62,6 +67,8 @@ pub struct Load {
     pub cores: f64,
     /// When `spread` last changed.
     pub changed: Option<Instant>,
+    /// When the peer last moved to another queue.
+    pub moved: Option<Instant>,
 }
 
 impl PeerPlane {
@@ -115,6 +122,8 @@ pub struct Seen {
     pub cores: f64,
     /// Time since `spread` last changed (None: never).
     pub dwell: Option<Duration>,
+    /// Time since the peer last moved to another queue (None: never).
+    pub queue_dwell: Option<Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -125,9 +134,10 @@ pub enum Move {
     Pool(PeerId, usize),
 }
 
-/// What to change, given every peer's load. At most one queue move and one pool move per
-/// call, each only when it narrows a clear imbalance.
-pub fn decide(model: Model, peers: &[Seen], queues: u32, pools: usize) -> Vec<Move> {
+/// What to change, given every peer's load and, per queue, the load of its core other than
+/// ours (in cores; one entry per queue). At most one queue move and one pool move per call,
+/// each only when it narrows a clear imbalance.
+pub fn decide(model: Model, peers: &[Seen], queue_other: &[f64], pools: usize) -> Vec<Move> {
     let mut moves = Vec::new();
     let mut spread: Vec<bool> = peers.iter().map(|p| p.spread).collect();
     if model == Model::Auto {
@@ -144,31 +154,35 @@ pub fn decide(model: Model, peers: &[Seen], queues: u32, pools: usize) -> Vec<Mo
     }
     if model.has_queues() {
         let on_queue = |i: usize| !spread[i];
-        if let Some((id, to)) = rebalance(peers, queues as usize, |p| p.queue as usize, on_queue) {
+        let settled = |p: &Seen| p.queue_dwell.is_none_or(|d| d >= QUEUE_DWELL);
+        if let Some((id, to)) = rebalance(peers, queue_other, |p| p.queue as usize, on_queue, settled) {
             moves.push(Move::Queue(id, to as u32));
         }
     }
     if model.has_pool() {
         let in_pool = |i: usize| spread[i];
-        if let Some((id, to)) = rebalance(peers, pools, |p| p.pool, in_pool) {
+        if let Some((id, to)) = rebalance(peers, &vec![0.0; pools], |p| p.pool, in_pool, |_| true) {
             moves.push(Move::Pool(id, to));
         }
     }
     moves
 }
 
-/// One move from the busiest to the least busy bin, of the peer that leaves the two closest
-/// (the heavier one on a tie); None if the bins are within [`IMBALANCE`].
+/// One move from the busiest to the least busy bin, of a peer that `may_move`, the one that
+/// leaves the two closest (the heavier one on a tie); None if the bins are within
+/// [`IMBALANCE`]. A bin's load starts at its `base` (one entry per bin).
 fn rebalance(
     peers: &[Seen],
-    bins: usize,
+    base: &[f64],
     bin_of: impl Fn(&Seen) -> usize,
     counts: impl Fn(usize) -> bool,
+    may_move: impl Fn(&Seen) -> bool,
 ) -> Option<(PeerId, usize)> {
+    let bins = base.len();
     if bins < 2 {
         return None;
     }
-    let mut load = vec![0.0f64; bins];
+    let mut load = base.to_vec();
     for (i, p) in peers.iter().enumerate() {
         if counts(i) {
             load[bin_of(p) % bins] += p.cores;
@@ -184,7 +198,7 @@ fn rebalance(
     peers
         .iter()
         .enumerate()
-        .filter(|(i, p)| counts(*i) && bin_of(p) % bins == hi && p.cores > 0.0 && p.cores < gap)
+        .filter(|(i, p)| counts(*i) && bin_of(p) % bins == hi && p.cores > 0.0 && p.cores < gap && may_move(p))
         .min_by(|a, b| {
             let after = |p: &Seen| (gap - 2.0 * p.cores).abs();
             after(a.1).total_cmp(&after(b.1)).then(b.1.cores.total_cmp(&a.1.cores))
@@ -198,7 +212,7 @@ pub fn apply(peer: &PeerPlane, m: &Move, now: Instant) {
     match m {
         Move::Spread(_, s) => peer.set_spread(*s, now),
         Move::Pool(_, p) => peer.pool.store(*p, Ordering::Relaxed),
-        Move::Queue(..) => {}
+        Move::Queue(..) => peer.load.lock().unwrap_or_else(|p| p.into_inner()).moved = Some(now),
     }
 }
 
@@ -214,27 +228,31 @@ mod tests {
             spread,
             cores,
             dwell: None,
+            queue_dwell: None,
         }
     }
 
     #[test]
     fn auto_spreads_a_heavy_peer_and_brings_it_back_with_hysteresis() {
         let heavy = seen(1, 0, 0.9, false);
-        assert_eq!(decide(Model::Auto, &[heavy], 2, 1), vec![Move::Spread(PeerId(1), true)]);
+        assert_eq!(
+            decide(Model::Auto, &[heavy], &[0.0; 2], 1),
+            vec![Move::Spread(PeerId(1), true)]
+        );
         // Between the thresholds nothing changes, either way.
-        assert!(decide(Model::Auto, &[seen(1, 0, 0.3, true)], 1, 1).is_empty());
-        assert!(decide(Model::Auto, &[seen(1, 0, 0.3, false)], 1, 1).is_empty());
+        assert!(decide(Model::Auto, &[seen(1, 0, 0.3, true)], &[0.0], 1).is_empty());
+        assert!(decide(Model::Auto, &[seen(1, 0, 0.3, false)], &[0.0], 1).is_empty());
         // Light again, but only just spread: it stays until MIN_DWELL has passed.
         let mut light = seen(1, 0, 0.05, true);
         light.dwell = Some(Duration::from_secs(1));
-        assert!(decide(Model::Auto, std::slice::from_ref(&light), 1, 1).is_empty());
+        assert!(decide(Model::Auto, std::slice::from_ref(&light), &[0.0], 1).is_empty());
         light.dwell = Some(MIN_DWELL);
         assert_eq!(
-            decide(Model::Auto, &[light], 1, 1),
+            decide(Model::Auto, &[light], &[0.0], 1),
             vec![Move::Spread(PeerId(1), false)]
         );
         // The other models never change the regime.
-        assert!(decide(Model::Inline, &[seen(1, 0, 0.9, false)], 1, 1).is_empty());
+        assert!(decide(Model::Inline, &[seen(1, 0, 0.9, false)], &[0.0], 1).is_empty());
     }
 
     #[test]
@@ -247,13 +265,38 @@ mod tests {
             seen(3, 0, 0.1, false),
             seen(4, 1, 0.1, false),
         ];
-        assert_eq!(decide(Model::Inline, &peers, 2, 0), vec![Move::Queue(PeerId(1), 1)]);
+        assert_eq!(
+            decide(Model::Inline, &peers, &[0.0; 2], 0),
+            vec![Move::Queue(PeerId(1), 1)]
+        );
         // Within the tolerance: no move.
         let peers = [seen(1, 0, 0.25, false), seen(2, 1, 0.1, false)];
-        assert!(decide(Model::Inline, &peers, 2, 0).is_empty());
+        assert!(decide(Model::Inline, &peers, &[0.0; 2], 0).is_empty());
         // One peer heavier than the gap cannot help by moving: it stays.
         let peers = [seen(1, 0, 0.9, false)];
-        assert!(decide(Model::Inline, &peers, 2, 0).is_empty());
+        assert!(decide(Model::Inline, &peers, &[0.0; 2], 0).is_empty());
+    }
+
+    #[test]
+    fn a_queue_whose_core_is_busy_with_other_work_gives_its_peer_away() {
+        // One peer, 0.45 cores, on queue 0, whose core something else keeps 0.55 busy (another
+        // daemon's queue, say); queue 1's core is 0.2 busy: the peer moves.
+        let peer = seen(1, 0, 0.45, false);
+        let moves = decide(Model::Inline, std::slice::from_ref(&peer), &[0.55, 0.2], 0);
+        assert_eq!(moves, vec![Move::Queue(PeerId(1), 1)]);
+        // Not if the other core is nearly as busy: the move would only turn the imbalance.
+        assert!(decide(Model::Inline, std::slice::from_ref(&peer), &[0.55, 0.7], 0).is_empty());
+        // Not again soon after a move: the loads have not shown its effect yet.
+        let mut moved = peer.clone();
+        moved.queue_dwell = Some(Duration::from_secs(1));
+        assert!(decide(Model::Inline, std::slice::from_ref(&moved), &[0.55, 0.2], 0).is_empty());
+        moved.queue_dwell = Some(QUEUE_DWELL);
+        assert_eq!(
+            decide(Model::Inline, &[moved], &[0.55, 0.2], 0),
+            vec![Move::Queue(PeerId(1), 1)]
+        );
+        // Other load alone, with no peer of ours to move, changes nothing.
+        assert!(decide(Model::Inline, &[], &[1.0, 0.0], 0).is_empty());
     }
 
     #[test]
@@ -263,7 +306,10 @@ mod tests {
         let c = seen(3, 1, 3.0, false); // on a queue: not the pools' load
         a.pool = 0;
         b.pool = 0;
-        assert_eq!(decide(Model::Pool, &[a, b, c], 1, 2), vec![Move::Pool(PeerId(1), 1)]);
+        assert_eq!(
+            decide(Model::Pool, &[a, b, c], &[0.0], 2),
+            vec![Move::Pool(PeerId(1), 1)]
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! window, timers, roaming), never during the crypto.
 
 use super::batch::Datagram;
+use super::cpuload;
 use super::lane::{Finish, Lane};
 use super::model::{Model, Plan};
 use super::peers::{self, PeerPlane, Seen};
@@ -23,6 +24,7 @@ use super::topology;
 use ordo_proto::messages::{self, Kind, DATA_HEADER_LEN};
 use ordo_proto::session::Session;
 use ordo_proto::{Accepted, DropReason, Interface, OpenedMessage, PeerId, Transmit};
+use rand_core::RngCore;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -75,6 +77,9 @@ pub struct DataPlane<I: Io> {
     /// Pool for the next new peer (round robin; the rebalancer corrects by load).
     next_pool: AtomicUsize,
     last_rebalance: Mutex<Instant>,
+    /// The last reading of the CPUs' load, and each queue's core's load other than ours as of
+    /// the last placement (in cores), for the placement and for `ordo show`.
+    cpu_load: Mutex<(cpuload::Sample, Vec<f64>)>,
     pub stats: Stats,
     pub counters: IoCounters,
     pub io: I,
@@ -98,6 +103,7 @@ impl<I: Io> DataPlane<I> {
             pools: RwLock::new(Vec::new()),
             next_pool: AtomicUsize::new(0),
             last_rebalance: Mutex::new(Instant::now()),
+            cpu_load: Mutex::new((cpuload::Sample::default(), Vec::new())),
             stats: Stats::default(),
             counters: IoCounters::default(),
             io,
@@ -242,19 +248,26 @@ impl<I: Io> DataPlane<I> {
                     spread: p.spread.load(Ordering::Relaxed),
                     cores: load.cores,
                     dwell: load.changed.map(|t| now.saturating_duration_since(t)),
+                    queue_dwell: load.moved.map(|t| now.saturating_duration_since(t)),
                 }
             })
             .collect();
-        let queues = if self.plan.model.has_queues() {
-            self.plan.queues.len() as u32
+        let queue_other = if self.plan.model.has_queues() {
+            self.queue_other_load()
         } else {
-            1
+            vec![0.0]
         };
-        for m in peers::decide(self.plan.model, &seen, queues, self.plan.pools.len()) {
+        for m in peers::decide(self.plan.model, &seen, &queue_other, self.plan.pools.len()) {
             let id = match &m {
                 peers::Move::Spread(id, _) | peers::Move::Queue(id, _) | peers::Move::Pool(id, _) => *id,
             };
             if let peers::Move::Queue(_, q) = m {
+                // Another daemon on this machine may see the same imbalance at the same
+                // moment; if both moved, both would collide again on the other core. A coin
+                // makes one of them go first (the other then sees the effect).
+                if rand_core::OsRng.next_u32() & 1 == 0 {
+                    continue;
+                }
                 core.set_peer_queue(id, q, now, wall);
             }
             if let Some(p) = planes.iter().find(|p| p.id == id) {
@@ -262,6 +275,29 @@ impl<I: Io> DataPlane<I> {
             }
         }
         drain(&mut core)
+    }
+}
+
+impl<I: Io> DataPlane<I> {
+    /// Reads the CPUs' load and returns, per queue, its core's load other than ours since the
+    /// last reading (zero for the first).
+    fn queue_other_load(&self) -> Vec<f64> {
+        let now = cpuload::Sample::read();
+        let mut last = self.cpu_load.lock().unwrap_or_else(|p| p.into_inner());
+        let other = cpuload::other_load(&last.0, &now);
+        let per_queue: Vec<f64> = self
+            .plan
+            .queues
+            .iter()
+            .map(|c| other.get(c).copied().unwrap_or(0.0))
+            .collect();
+        *last = (now, per_queue.clone());
+        per_queue
+    }
+
+    /// Each queue's core's load other than ours, as of the last placement (empty before it).
+    pub fn queue_other_loads(&self) -> Vec<f64> {
+        self.cpu_load.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
     }
 }
 

@@ -207,6 +207,17 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
     }
     c.push(("workers".to_string(), device.workers() as u64));
     c.push(("queues".to_string(), device.sockets().len() as u64));
+    // What else kept each queue's core busy at the last placement (cpuload.rs).
+    let plan = &device.plane.plan;
+    if plan.model.has_queues() {
+        for (q, other) in device.plane.queue_other_loads().iter().enumerate() {
+            let cpu = plan.queues[q];
+            c.push((
+                format!("queue{q}_cpu{cpu}_other_millicores"),
+                (other * 1000.0).round() as u64,
+            ));
+        }
+    }
     let sockets = &device.sockets()[0];
     c.push(("udp_gso".to_string(), sockets.gso.load(Ordering::Relaxed) as u64));
     c.push(("udp_gro".to_string(), sockets.gro as u64));

@@ -1,0 +1,146 @@
+//! How busy each CPU is with work that is not the data plane's own: other processes,
+//! interrupts, the hypervisor's steal. Read from /proc (the OS's view) at each placement
+//! interval. The placement counts it beside the peers' own load, so that a queue pinned to a
+//! core that something else keeps busy gives its peers to a freer one: two Ordo daemons on
+//! one machine whose queues landed on the same core, or an application spinning there.
+//! Without it, a pinned queue cannot escape a busy core (the kernel would move an unpinned
+//! thread, but not a pinned one).
+
+use std::collections::HashMap;
+
+/// One reading of /proc: each CPU's busy and total ticks, and each of our threads' ticks and
+/// the CPU it last ran on.
+#[derive(Default, Clone, Debug)]
+pub struct Sample {
+    cpus: HashMap<usize, (u64, u64)>,
+    threads: HashMap<i32, (u64, usize)>,
+}
+
+impl Sample {
+    /// Reads /proc/stat and /proc/self/task; what cannot be read is left out.
+    pub fn read() -> Sample {
+        let cpus = std::fs::read_to_string("/proc/stat")
+            .map(|t| parse_stat(&t))
+            .unwrap_or_default();
+        let mut threads = HashMap::new();
+        if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+            for entry in dir.flatten() {
+                let Some(tid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                    continue;
+                };
+                if let Some(t) = std::fs::read_to_string(entry.path().join("stat"))
+                    .ok()
+                    .and_then(|t| parse_task(&t))
+                {
+                    threads.insert(tid, t);
+                }
+            }
+        }
+        Sample { cpus, threads }
+    }
+}
+
+/// Each CPU's load other than ours between two samples, in cores (0 to 1). A thread's ticks
+/// count on the CPU it ran on last: exact for the pinned queue threads and workers, which are
+/// what the placement moves work between.
+pub fn other_load(before: &Sample, after: &Sample) -> HashMap<usize, f64> {
+    let mut ours: HashMap<usize, u64> = HashMap::new();
+    for (tid, &(ticks, cpu)) in &after.threads {
+        let was = before.threads.get(tid).map_or(0, |t| t.0);
+        *ours.entry(cpu).or_default() += ticks.saturating_sub(was);
+    }
+    after
+        .cpus
+        .iter()
+        .filter_map(|(&cpu, &(busy, total))| {
+            let &(busy0, total0) = before.cpus.get(&cpu)?;
+            let elapsed = total.checked_sub(total0).filter(|&t| t > 0)?;
+            let others = busy
+                .saturating_sub(busy0)
+                .saturating_sub(ours.get(&cpu).copied().unwrap_or(0));
+            Some((cpu, (others as f64 / elapsed as f64).min(1.0)))
+        })
+        .collect()
+}
+
+/// `cpuN user nice system idle iowait irq softirq steal ...` lines: (busy, total) ticks.
+fn parse_stat(text: &str) -> HashMap<usize, (u64, u64)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let cpu = f.next()?.strip_prefix("cpu")?.parse().ok()?;
+            let v: Vec<u64> = f.take(8).map(|x| x.parse().unwrap_or(0)).collect();
+            if v.len() < 8 {
+                return None;
+            }
+            let idle = v[3] + v[4];
+            let busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+            Some((cpu, (busy, busy + idle)))
+        })
+        .collect()
+}
+
+/// /proc/PID/task/TID/stat: (utime + stime, processor). The command name, in parentheses, may
+/// hold spaces, so fields are counted after its closing parenthesis (field 3 is the first).
+fn parse_task(text: &str) -> Option<(u64, usize)> {
+    let rest: Vec<&str> = text.get(text.rfind(')')? + 1..)?.split_whitespace().collect();
+    let field = |n: usize| rest.get(n - 3).and_then(|x| x.parse::<u64>().ok());
+    Some((field(14)? + field(15)?, field(39)? as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT: &str = "cpu  300 0 200 1000 0 0 0 0 0 0\n\
+                        cpu0 100 0 100 500 0 0 0 0 0 0\n\
+                        cpu1 200 0 100 500 0 0 0 0 0 0\n\
+                        intr 12345\n";
+
+    #[test]
+    fn proc_stat_lines_give_busy_and_total_ticks_per_cpu() {
+        let c = parse_stat(STAT);
+        assert_eq!(c.len(), 2, "the all-CPU line and other lines are skipped");
+        assert_eq!(c[&0], (200, 700));
+        assert_eq!(c[&1], (300, 800));
+        // irq, softirq and steal are busy; iowait is idle.
+        let c = parse_stat("cpu3 1 2 3 4 5 6 7 8 0 0\n");
+        assert_eq!(c[&3], (1 + 2 + 3 + 6 + 7 + 8, 36));
+    }
+
+    #[test]
+    fn task_stat_survives_a_name_with_spaces_and_parentheses() {
+        let mut fields: Vec<String> = (4..=52).map(|n| n.to_string()).collect();
+        fields[14 - 4] = "70".into();
+        fields[15 - 4] = "30".into();
+        fields[39 - 4] = "1".into();
+        let text = format!("4242 (ordo (queue) 1) S {}", fields.join(" "));
+        assert_eq!(parse_task(&text), Some((100, 1)));
+        assert_eq!(parse_task("4242 (x"), None);
+    }
+
+    #[test]
+    fn our_own_ticks_are_not_counted_as_other_load() {
+        let sample = |cpu0_busy, cpu1_busy, total, ours_on_1| Sample {
+            cpus: HashMap::from([(0, (cpu0_busy, total)), (1, (cpu1_busy, total))]),
+            threads: HashMap::from([(7, (ours_on_1, 1))]),
+        };
+        let before = sample(0, 0, 0, 0);
+        // 100 ticks each: CPU 0 fully busy with others; CPU 1 busy 90, of which 80 are ours.
+        let after = sample(100, 90, 100, 80);
+        let load = other_load(&before, &after);
+        assert!((load[&0] - 1.0).abs() < 1e-9, "{load:?}");
+        assert!((load[&1] - 0.1).abs() < 1e-9, "{load:?}");
+        // A CPU that went away or a first sample gives nothing rather than nonsense.
+        assert!(other_load(&Sample::default(), &after).is_empty());
+    }
+
+    #[test]
+    fn this_process_is_found_in_proc() {
+        let s = Sample::read();
+        assert!(!s.cpus.is_empty());
+        // The main thread's id is the process id.
+        let main = std::process::id() as i32;
+        assert!(s.threads.contains_key(&main), "our own threads are listed");
+    }
+}
