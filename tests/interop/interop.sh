@@ -407,7 +407,8 @@ ordo_show() { "$ORDO" show "$IF_A" --json; }
 # queue's thread receives every data message and the other queue none.
 t_inline_steering() {
     [[ $(nproc) -ge 2 ]] || { log "    (needs 2 CPUs: skipped)"; return 0; }
-    ORDO_MODEL=inline ORDO_CORES=0-1 tunnel ordo "$1"
+    # Placement fixed: the peer must stay where it was put, whatever else the machine runs.
+    ORDO_MODEL=inline ORDO_CORES=0-1 ORDO_PLACEMENT=fixed tunnel ordo "$1"
     # Peers are placed round robin (from a random queue): B, re-added, is the second peer
     # and goes to the queue after its first one, which the kernel's own hash does not pick.
     local first
@@ -433,6 +434,47 @@ print("    queue", p["queue"], "received", own, "datagrams, the other queue", ot
 # The other queue may take an initiation (it carries only the peer index), nothing more.
 assert own > 10000 and other <= 3, got
 ' || fail "steering"
+}
+
+# Placement sees the whole machine (device/cpuload.rs): a peer whose queue's CPU another
+# process keeps busy (here a loop pinned there) moves to the other queue; the handshake that
+# follows steers the peer's datagrams to the new queue, and traffic goes on.
+t_busy_core() {
+    [[ $(nproc) -ge 2 ]] || { log "    (needs 2 CPUs: skipped)"; return 0; }
+    ORDO_MODEL=inline ORDO_CORES=0-1 tunnel ordo "$1"
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    placed() { ordo_show | python3 -c 'import json,sys; p=json.load(sys.stdin)[0]["peers"][0]["placement"]; print(p["queue"], p["cpu"])'; }
+    # Datagrams received by queue Q's thread (counters thread_queueQ_TID_receive_packets).
+    received() { ordo_show | Q=$1 python3 -c 'import json,os,sys; c=json.load(sys.stdin)[0]["counters"]; q="thread_queue%s_" % os.environ["Q"]; print(sum(v for k, v in c.items() if k.startswith(q) and k.endswith("_receive_packets")))'; }
+    local queue cpu now=""
+    read -r queue cpu < <(placed)
+    # In A's namespace, so that teardown ends it whatever happens.
+    ip netns exec "$NS_A" taskset -c "$cpu" sh -c 'while :; do :; done' &
+    # A little traffic, so that the peer has a load to move (the placement moves none idle).
+    ip netns exec "$NS_A" ping -q -i 0.01 -w 30 "$IN_B" >/dev/null &
+    local _i
+    for _i in $(seq 150); do
+        read -r now _ < <(placed)
+        [[ $now != "$queue" ]] && break
+        sleep 0.1
+    done
+    [[ $now != "$queue" ]] || fail "the peer stayed on queue $queue, whose CPU $cpu another process keeps busy"
+    log "    moved from queue $queue (CPU $cpu, busy) to queue $now"
+    # The move's handshake (as soon as the rate limit allows: within REKEY_TIMEOUT).
+    for _i in $(seq 100); do
+        (($(ordo_counter "$IF_A" handshakes_completed) >= 2)) && break
+        sleep 0.1
+    done
+    (($(ordo_counter "$IF_A" handshakes_completed) >= 2)) || fail "no handshake after the move"
+    # Once the peer has received data on the new session it sends on it too (until then it
+    # may still use the old one): a few pings first, then count.
+    ping_ok "$NS_A" "$IN_B" || fail "ping after the handshake"
+    local old0 new0
+    old0=$(received "$queue"); new0=$(received "$now")
+    ping_ok "$NS_A" "$IN_B" 20 || fail "ping after the move"
+    local old=$(($(received "$queue") - old0)) new=$(($(received "$now") - new0))
+    log "    then: $new datagrams on the new queue, $old on the old one"
+    ((new >= 20 && old == 0)) || fail "datagrams not steered to the new queue (new $new, old $old)"
 }
 
 # The auto model: a peer starts inline; under a heavy flow its crypto moves to the pool
@@ -479,6 +521,7 @@ unset ORDO_MODEL
 run_test "uso[wireguard-go]" t_uso wireguard-go
 run_test "inline_steering[wireguard-go]" t_inline_steering wireguard-go
 run_test "auto_regime[wireguard-go]" t_auto_regime wireguard-go
+run_test "busy_core[wireguard-go]" t_busy_core wireguard-go
 run_test "cookie[wireguard-go]" t_cookie wireguard-go
 run_test "bad_input" t_bad_input
 run_test "config" t_config

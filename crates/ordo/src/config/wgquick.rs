@@ -47,7 +47,7 @@ pub struct InterfaceSection {
     pub post_up: Vec<String>,
     pub pre_down: Vec<String>,
     pub post_down: Vec<String>,
-    /// Ordo's data-plane settings (`Model`, `Workers`, `Cores`, `IoCores`, `DeliveryFifo`),
+    /// Ordo's data-plane settings (`Model`, `Workers`, `Cores`, `IoCores`, `DeliveryFifo`, `Placement`),
     /// by their command-line names, checked; they override the environment's.
     pub plane: Vec<(&'static str, String)>,
     /// Keys wg-quick knows that Ordo accepts but does not act on (DNS, SaveConfig).

@@ -82,16 +82,19 @@ pub struct PlaneConfig {
     /// Threaded model only: run the delivery threads at SCHED_FIFO, above the workers, to
     /// reproduce kernel WireGuard's execution order inversion on purpose (lab scenario 3).
     pub delivery_fifo: bool,
+    /// Peers stay on the queue and pool they were given (no load-aware moves).
+    pub fixed_placement: bool,
 }
 
 /// The settings by name, as `ordo up` files (`Model = inline`), the xplatform command line
 /// (`--model inline`) and the environment (`ORDO_MODEL=inline`) spell them.
-pub const SETTINGS: [(&str, &str, &str); 5] = [
+pub const SETTINGS: [(&str, &str, &str); 6] = [
     ("model", "Model", "ORDO_MODEL"),
     ("workers", "Workers", "ORDO_WORKERS"),
     ("cores", "Cores", "ORDO_CORES"),
     ("io-cores", "IoCores", "ORDO_IO_CORES"),
     ("delivery-fifo", "DeliveryFifo", "ORDO_DELIVERY_FIFO"),
+    ("placement", "Placement", "ORDO_PLACEMENT"),
 ];
 
 impl PlaneConfig {
@@ -114,6 +117,13 @@ impl PlaneConfig {
                     "1" | "true" | "yes" | "on" => true,
                     "0" | "false" | "no" | "off" => false,
                     _ => return Err(format!("expected true or false, not {value:?}")),
+                }
+            }
+            "placement" => {
+                self.fixed_placement = match value {
+                    "load" => false,
+                    "fixed" => true,
+                    _ => return Err(format!("placement is load or fixed, not {value:?}")),
                 }
             }
             _ => return Err(format!("unknown data-plane setting {name:?}")),
@@ -147,6 +157,9 @@ impl PlaneConfig {
         if self.delivery_fifo {
             a.extend(["--delivery-fifo".to_string(), "true".to_string()]);
         }
+        if self.fixed_placement {
+            a.extend(["--placement".to_string(), "fixed".to_string()]);
+        }
         a
     }
 }
@@ -172,6 +185,8 @@ pub struct Plan {
     /// Whether the user chose the CPUs (then workers are pinned one per CPU).
     pub explicit: bool,
     pub delivery_fifo: bool,
+    /// No load-aware moves between queues and pools (`Placement = fixed`).
+    pub fixed_placement: bool,
     pub topology: Topology,
 }
 
@@ -258,6 +273,7 @@ impl Plan {
             pools,
             explicit,
             delivery_fifo: config.delivery_fifo,
+            fixed_placement: config.fixed_placement,
             topology,
         })
     }
@@ -342,20 +358,33 @@ mod tests {
         c.set("cores", "0-1").unwrap();
         c.set("io-cores", "0").unwrap();
         c.set("workers", "3").unwrap();
+        c.set("placement", "fixed").unwrap();
         assert!(c.set("workers", "lots").unwrap_err().contains("\"lots\""));
+        assert!(c.set("placement", "random").unwrap_err().contains("load or fixed"));
         assert!(c.set("speed", "1").is_err());
         let args = c.to_args();
         assert_eq!(
             args,
-            ["--model", "auto", "--workers", "3", "--cores", "0-1", "--io-cores", "0"]
+            [
+                "--model",
+                "auto",
+                "--workers",
+                "3",
+                "--cores",
+                "0-1",
+                "--io-cores",
+                "0",
+                "--placement",
+                "fixed"
+            ]
         );
         let mut back = PlaneConfig::default();
         for pair in args.chunks(2) {
             back.set(&pair[0][2..], &pair[1]).unwrap();
         }
         assert_eq!(
-            (back.model, back.workers, back.cpus, back.io_cpus),
-            (Model::Auto, 3, Some(vec![0, 1]), Some(vec![0]))
+            (back.model, back.workers, back.cpus, back.io_cpus, back.fixed_placement),
+            (Model::Auto, 3, Some(vec![0, 1]), Some(vec![0]), true)
         );
     }
 

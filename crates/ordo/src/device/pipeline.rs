@@ -259,7 +259,9 @@ impl<I: Io> DataPlane<I> {
         };
         for m in peers::decide(self.plan.model, &seen, &queue_other, self.plan.pools.len()) {
             let id = match &m {
-                peers::Move::Spread(id, _) | peers::Move::Queue(id, _) | peers::Move::Pool(id, _) => *id,
+                peers::Move::Spread(id, _) => *id,
+                peers::Move::Queue(..) | peers::Move::Pool(..) if self.plan.fixed_placement => continue,
+                peers::Move::Queue(id, _) | peers::Move::Pool(id, _) => *id,
             };
             if let peers::Move::Queue(_, q) = m {
                 // Another daemon on this machine may see the same imbalance at the same
