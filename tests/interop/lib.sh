@@ -28,7 +28,8 @@ log() { printf '%s\n' "$*" >&2; }
 
 # Pipes end in `grep PATTERN >/dev/null`, never `grep -q`: grep -q quits at the first match,
 # `ip` writes one line per write(2) and dies of SIGPIPE, and pipefail fails the test
-# (CI failed that way once on `ip rule | grep -q`). `make lint` refuses the pattern.
+# (CI failed that way once, on `ip rule` piped into a quiet grep). `make lint` refuses the
+# pattern.
 
 # Removes everything a test made: processes, namespaces, sockets.
 teardown() {
