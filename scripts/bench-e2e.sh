@@ -106,8 +106,8 @@ for line in open(sys.argv[1]):
 print(f"date {datetime.date.today()}, {os.cpu_count()} cores, kernel {platform.release()}; "
       f"TCP: {sys.argv[2]} s x {sys.argv[3]} runs, median; UDP: 3 s per offered rate, best rate under 1% loss")
 print()
-print("| case | implementation | Gbit/s | x wireguard-go | daemon cores (both ends) | cores per Gbit/s | x wireguard-go | retransmits / UDP loss % |")
-print("|---|---|---|---|---|---|---|---|")
+print("| case | implementation | Gbit/s | x wireguard-go | daemon cores (both ends) | cores per Gbit/s | x wireguard-go | retransmits / UDP loss % | each run, Gbit/s |")
+print("|---|---|---|---|---|---|---|---|---|")
 med = lambda k, i: statistics.median(r[i] for r in rows[k])
 for (case, impl) in rows:
     g, c = med((case, impl), 0), med((case, impl), 1)
@@ -116,7 +116,8 @@ for (case, impl) in rows:
     rg = g / med(ref, 0) if ref in rows and med(ref, 0) else float("nan")
     cpg = c / g if g else float("inf")
     rc = cpg / (med(ref, 1) / med(ref, 0)) if ref in rows and med(ref, 0) else float("nan")
-    print(f"| {case} | {impl} | {g:.2f} | {rg:.2f} | {c:.2f} | {cpg:.2f} | {rc:.2f} | {med((case, impl), 2):g} |")
+    runs = " ".join(f"{r[0]:.2f}" for r in rows[(case, impl)])
+    print(f"| {case} | {impl} | {g:.2f} | {rg:.2f} | {c:.2f} | {cpg:.2f} | {rc:.2f} | {med((case, impl), 2):g} | {runs} |")
 if lanes:
     print()
     print("Ordo's in-order stage at saturation (one TCP flow), summed over the runs:")
