@@ -4,16 +4,37 @@
 //! core that something else keeps busy gives its peers to a freer one: two Ordo daemons on
 //! one machine whose queues landed on the same core, or an application spinning there.
 //! Without it, a pinned queue cannot escape a busy core (the kernel would move an unpinned
-//! thread, but not a pinned one).
+//! thread, but not a pinned one). Also read: how long each of our threads waited, runnable,
+//! for its CPU (schedstat): a pinned queue thread that waits a lot shares its core with
+//! something else pinned there.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-/// One reading of /proc: each CPU's busy and total ticks, and each of our threads' ticks and
-/// the CPU it last ran on.
+/// One reading of /proc: each CPU's busy and total ticks, and each of our threads' ticks, the
+/// CPU it last ran on, and its time spent waiting for a CPU.
 #[derive(Default, Clone, Debug)]
 pub struct Sample {
     cpus: HashMap<usize, (u64, u64)>,
-    threads: HashMap<i32, (u64, usize)>,
+    threads: HashMap<i32, Thread>,
+}
+
+#[derive(Default, Clone, Copy, Debug)]
+struct Thread {
+    ticks: u64,
+    cpu: usize,
+    wait_ns: u64,
+}
+
+/// What happened between two samples.
+#[derive(Default, Debug)]
+pub struct Figures {
+    /// Per CPU, its load other than ours, in cores (0 to 1).
+    pub other: HashMap<usize, f64>,
+    /// Per CPU, the share of the time it was idle.
+    pub idle: HashMap<usize, f64>,
+    /// Per thread of ours, the share of the time it waited, runnable, for a CPU.
+    pub wait: HashMap<i32, f64>,
 }
 
 impl Sample {
@@ -28,39 +49,52 @@ impl Sample {
                 let Some(tid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
                     continue;
                 };
-                if let Some(t) = std::fs::read_to_string(entry.path().join("stat"))
+                let stat = std::fs::read_to_string(entry.path().join("stat"));
+                let Some((ticks, cpu)) = stat.ok().and_then(|t| parse_task(&t)) else {
+                    continue;
+                };
+                // schedstat: time on a CPU, time waiting on a run queue (ns), timeslices.
+                let wait_ns = std::fs::read_to_string(entry.path().join("schedstat"))
                     .ok()
-                    .and_then(|t| parse_task(&t))
-                {
-                    threads.insert(tid, t);
-                }
+                    .and_then(|t| t.split_whitespace().nth(1)?.parse().ok())
+                    .unwrap_or(0);
+                threads.insert(tid, Thread { ticks, cpu, wait_ns });
             }
         }
         Sample { cpus, threads }
     }
 }
 
-/// Each CPU's load other than ours between two samples, in cores (0 to 1). A thread's ticks
-/// count on the CPU it ran on last: exact for the pinned queue threads and workers, which are
-/// what the placement moves work between.
-pub fn other_load(before: &Sample, after: &Sample) -> HashMap<usize, f64> {
+/// The figures between two samples `elapsed` apart. A thread's ticks count on the CPU it ran
+/// on last: exact for the pinned queue threads and workers, which are what the placement moves
+/// work between. A CPU or thread missing from either sample is left out.
+pub fn figures(before: &Sample, after: &Sample, elapsed: Duration) -> Figures {
     let mut ours: HashMap<usize, u64> = HashMap::new();
-    for (tid, &(ticks, cpu)) in &after.threads {
-        let was = before.threads.get(tid).map_or(0, |t| t.0);
-        *ours.entry(cpu).or_default() += ticks.saturating_sub(was);
+    let mut f = Figures::default();
+    let elapsed_ns = elapsed.as_nanos().max(1) as f64;
+    for (tid, t) in &after.threads {
+        let was = before.threads.get(tid).copied().unwrap_or_default();
+        *ours.entry(t.cpu).or_default() += t.ticks.saturating_sub(was.ticks);
+        if before.threads.contains_key(tid) {
+            f.wait.insert(
+                *tid,
+                (t.wait_ns.saturating_sub(was.wait_ns) as f64 / elapsed_ns).min(1.0),
+            );
+        }
     }
-    after
-        .cpus
-        .iter()
-        .filter_map(|(&cpu, &(busy, total))| {
-            let &(busy0, total0) = before.cpus.get(&cpu)?;
-            let elapsed = total.checked_sub(total0).filter(|&t| t > 0)?;
-            let others = busy
-                .saturating_sub(busy0)
-                .saturating_sub(ours.get(&cpu).copied().unwrap_or(0));
-            Some((cpu, (others as f64 / elapsed as f64).min(1.0)))
-        })
-        .collect()
+    for (&cpu, &(busy, total)) in &after.cpus {
+        let Some(&(busy0, total0)) = before.cpus.get(&cpu) else {
+            continue;
+        };
+        let Some(ticks) = total.checked_sub(total0).filter(|&t| t > 0) else {
+            continue;
+        };
+        let busy = busy.saturating_sub(busy0);
+        let others = busy.saturating_sub(ours.get(&cpu).copied().unwrap_or(0));
+        f.other.insert(cpu, (others as f64 / ticks as f64).min(1.0));
+        f.idle.insert(cpu, 1.0 - (busy as f64 / ticks as f64).min(1.0));
+    }
+    f
 }
 
 /// `cpuN user nice system idle iowait irq softirq steal ...` lines: (busy, total) ticks.
@@ -121,18 +155,29 @@ mod tests {
 
     #[test]
     fn our_own_ticks_are_not_counted_as_other_load() {
-        let sample = |cpu0_busy, cpu1_busy, total, ours_on_1| Sample {
+        let sample = |cpu0_busy, cpu1_busy, total, ours_on_1, wait_ns| Sample {
             cpus: HashMap::from([(0, (cpu0_busy, total)), (1, (cpu1_busy, total))]),
-            threads: HashMap::from([(7, (ours_on_1, 1))]),
+            threads: HashMap::from([(
+                7,
+                Thread {
+                    ticks: ours_on_1,
+                    cpu: 1,
+                    wait_ns,
+                },
+            )]),
         };
-        let before = sample(0, 0, 0, 0);
-        // 100 ticks each: CPU 0 fully busy with others; CPU 1 busy 90, of which 80 are ours.
-        let after = sample(100, 90, 100, 80);
-        let load = other_load(&before, &after);
-        assert!((load[&0] - 1.0).abs() < 1e-9, "{load:?}");
-        assert!((load[&1] - 0.1).abs() < 1e-9, "{load:?}");
+        let before = sample(0, 0, 0, 0, 1_000_000_000);
+        // 100 ticks each: CPU 0 fully busy with others; CPU 1 busy 90, of which 80 are ours;
+        // our thread waited 0.25 s of the second for its CPU.
+        let after = sample(100, 90, 100, 80, 1_250_000_000);
+        let f = figures(&before, &after, Duration::from_secs(1));
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(near(f.other[&0], 1.0) && near(f.other[&1], 0.1), "{f:?}");
+        assert!(near(f.idle[&0], 0.0) && near(f.idle[&1], 0.1), "{f:?}");
+        assert!(near(f.wait[&7], 0.25), "{f:?}");
         // A CPU that went away or a first sample gives nothing rather than nonsense.
-        assert!(other_load(&Sample::default(), &after).is_empty());
+        let f = figures(&Sample::default(), &after, Duration::from_secs(1));
+        assert!(f.other.is_empty() && f.idle.is_empty() && f.wait.is_empty());
     }
 
     #[test]
@@ -142,5 +187,16 @@ mod tests {
         // The main thread's id is the process id.
         let main = std::process::id() as i32;
         assert!(s.threads.contains_key(&main), "our own threads are listed");
+        // Busy for a while: the CPUs' counters move, and the figures stay in range.
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_millis(200) {
+            std::hint::black_box(t0.elapsed());
+        }
+        let f = figures(&s, &Sample::read(), t0.elapsed());
+        assert!(
+            !f.idle.is_empty() && f.idle.values().all(|i| (0.0..=1.0).contains(i)),
+            "{f:?}"
+        );
+        assert!(f.wait.contains_key(&main), "{f:?}");
     }
 }

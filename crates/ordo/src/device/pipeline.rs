@@ -18,7 +18,7 @@ use super::batch::Datagram;
 use super::cpuload;
 use super::lane::{Finish, Lane};
 use super::model::{Model, Plan};
-use super::peers::{self, PeerPlane, Seen};
+use super::peers::{self, PeerPlane, QueueSeen, Seen};
 use super::stats::{Stage, Stats, ThreadStats};
 use super::topology;
 use ordo_proto::messages::{self, Kind, DATA_HEADER_LEN};
@@ -77,9 +77,9 @@ pub struct DataPlane<I: Io> {
     /// Pool for the next new peer (round robin; the rebalancer corrects by load).
     next_pool: AtomicUsize,
     last_rebalance: Mutex<Instant>,
-    /// The last reading of the CPUs' load, and each queue's core's load other than ours as of
-    /// the last placement (in cores), for the placement and for `ordo show`.
-    cpu_load: Mutex<(cpuload::Sample, Vec<f64>)>,
+    /// The last reading of the CPUs' load and when it was taken, and how each queue's CPU
+    /// fared up to the last placement, for the placement and for `ordo show`.
+    cpu_load: Mutex<(cpuload::Sample, Instant, Vec<QueueSeen>)>,
     pub stats: Stats,
     pub counters: IoCounters,
     pub io: I,
@@ -103,7 +103,7 @@ impl<I: Io> DataPlane<I> {
             pools: RwLock::new(Vec::new()),
             next_pool: AtomicUsize::new(0),
             last_rebalance: Mutex::new(Instant::now()),
-            cpu_load: Mutex::new((cpuload::Sample::default(), Vec::new())),
+            cpu_load: Mutex::new((cpuload::Sample::default(), Instant::now(), Vec::new())),
             stats: Stats::default(),
             counters: IoCounters::default(),
             io,
@@ -252,12 +252,12 @@ impl<I: Io> DataPlane<I> {
                 }
             })
             .collect();
-        let queue_other = if self.plan.model.has_queues() {
-            self.queue_other_load()
+        let queues = if self.plan.model.has_queues() {
+            self.queues_seen()
         } else {
-            vec![0.0]
+            vec![QueueSeen::default()]
         };
-        for m in peers::decide(self.plan.model, &seen, &queue_other, self.plan.pools.len()) {
+        for m in peers::decide(self.plan.model, &seen, &queues, self.plan.pools.len()) {
             let id = match &m {
                 peers::Move::Spread(id, _) => *id,
                 peers::Move::Queue(..) | peers::Move::Pool(..) if self.plan.fixed_placement => continue,
@@ -281,25 +281,44 @@ impl<I: Io> DataPlane<I> {
 }
 
 impl<I: Io> DataPlane<I> {
-    /// Reads the CPUs' load and returns, per queue, its core's load other than ours since the
-    /// last reading (zero for the first).
-    fn queue_other_load(&self) -> Vec<f64> {
-        let now = cpuload::Sample::read();
+    /// Reads the CPUs' load and returns how each queue's CPU and thread fared over the last
+    /// two readings: the lesser of each figure, so that only what lasted two intervals counts
+    /// (all zero at first). Another daemon's move shows within an interval, so it stops a
+    /// second one from following it (see the coin in `rebalance`).
+    fn queues_seen(&self) -> Vec<QueueSeen> {
+        let (now, at) = (cpuload::Sample::read(), Instant::now());
+        let threads = self.stats.threads();
         let mut last = self.cpu_load.lock().unwrap_or_else(|p| p.into_inner());
-        let other = cpuload::other_load(&last.0, &now);
-        let per_queue: Vec<f64> = self
-            .plan
-            .queues
-            .iter()
-            .map(|c| other.get(c).copied().unwrap_or(0.0))
+        let f = cpuload::figures(&last.0, &now, at.saturating_duration_since(last.1));
+        let seen: Vec<QueueSeen> = (self.plan.queues.iter().enumerate())
+            .map(|(q, cpu)| {
+                let name = format!("queue{q}");
+                let tid = threads.iter().find(|t| t.name == name).map(|t| t.tid);
+                QueueSeen {
+                    other: f.other.get(cpu).copied().unwrap_or(0.0),
+                    idle: f.idle.get(cpu).copied().unwrap_or(0.0),
+                    wait: tid.and_then(|t| f.wait.get(&t)).copied().unwrap_or(0.0),
+                }
+            })
             .collect();
-        *last = (now, per_queue.clone());
-        per_queue
+        let lasting = if last.2.len() == seen.len() {
+            (seen.iter().zip(&last.2))
+                .map(|(a, b)| QueueSeen {
+                    other: a.other.min(b.other),
+                    idle: a.idle.min(b.idle),
+                    wait: a.wait.min(b.wait),
+                })
+                .collect()
+        } else {
+            vec![QueueSeen::default(); seen.len()]
+        };
+        *last = (now, at, seen);
+        lasting
     }
 
-    /// Each queue's core's load other than ours, as of the last placement (empty before it).
-    pub fn queue_other_loads(&self) -> Vec<f64> {
-        self.cpu_load.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
+    /// How each queue's CPU and thread fared in the last interval (empty before it).
+    pub fn queues_last_seen(&self) -> Vec<QueueSeen> {
+        self.cpu_load.lock().unwrap_or_else(|p| p.into_inner()).2.clone()
     }
 }
 

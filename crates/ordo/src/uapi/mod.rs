@@ -207,15 +207,16 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
     }
     c.push(("workers".to_string(), device.workers() as u64));
     c.push(("queues".to_string(), device.sockets().len() as u64));
-    // What else kept each queue's core busy at the last placement (cpuload.rs).
+    // How each queue's CPU fared at the last placement (cpuload.rs): what else kept it busy,
+    // how idle it was, and how long the queue's thread waited for it.
     let plan = &device.plane.plan;
     if plan.model.has_queues() {
-        for (q, other) in device.plane.queue_other_loads().iter().enumerate() {
+        let milli = |x: f64| (x * 1000.0).round() as u64;
+        for (q, seen) in device.plane.queues_last_seen().iter().enumerate() {
             let cpu = plan.queues[q];
-            c.push((
-                format!("queue{q}_cpu{cpu}_other_millicores"),
-                (other * 1000.0).round() as u64,
-            ));
+            c.push((format!("queue{q}_cpu{cpu}_other_millicores"), milli(seen.other)));
+            c.push((format!("queue{q}_cpu{cpu}_idle_permille"), milli(seen.idle)));
+            c.push((format!("queue{q}_cpu{cpu}_thread_wait_permille"), milli(seen.wait)));
         }
     }
     let sockets = &device.sockets()[0];
