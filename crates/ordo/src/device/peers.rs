@@ -235,10 +235,13 @@ fn rebalance(
 /// waited more than [`STARVED`] of the time for its CPU (starved), or its CPU had almost no
 /// idle time while other work than ours took more than [`IMBALANCE`] of it. The room: the
 /// other queue's thread hardly waited and its CPU had at least [`IMBALANCE`] idle, and, unless
-/// the peer is starved, at least its load more. Of the crowded queue's peers, the one whose
-/// load is closest to the room moves. The load balance cannot see these cases: a starved
-/// peer's measured load is what it got, not what it needs; and other work's load cannot
-/// move, so moving a light peer does not narrow the gap, yet spares the peer the wait.
+/// the peer is starved, at least its load more. Of the crowded queue's peers lighter than the
+/// other work on its CPU, the one whose load is closest to the room moves: the lighter party
+/// gives way, so that of two daemons crowding one core exactly one moves (each sees the
+/// other as the other work), and neither moves back once they are apart. The load balance
+/// cannot see these cases: a starved peer's measured load is what it got, not what it needs;
+/// and other work's load cannot move, so moving a light peer does not narrow the gap, yet
+/// spares the peer the wait.
 fn relieve(
     peers: &[Seen],
     queues: &[QueueSeen],
@@ -255,7 +258,7 @@ fn relieve(
     let fits = |p: &Seen| from.wait > STARVED || p.cores + IMBALANCE <= room.idle;
     (peers.iter().enumerate())
         .filter(|(i, p)| counts(*i) && p.queue as usize % queues.len() == hi && p.cores > 0.0)
-        .filter(|(_, p)| may_move(p) && fits(p))
+        .filter(|(_, p)| may_move(p) && fits(p) && p.cores <= from.other)
         .min_by(|a, b| (a.1.cores - room.idle).abs().total_cmp(&(b.1.cores - room.idle).abs()))
         .map(|(_, p)| (p.id, lo))
 }
@@ -386,6 +389,10 @@ mod tests {
         let apart = queues(&[(0.7, 0.25, 0.0), (0.3, 0.03, 0.1)]);
         let a = seen(1, 1, 0.65, false);
         assert!(decide(Model::Inline, std::slice::from_ref(&a), &apart, 0).is_empty());
+        // The other daemon's view of the same collision: its peer (0.5 cores) is the heavier
+        // party on that CPU (0.4 of other work): it stays, and only ours moves.
+        let theirs = queues(&[(0.4, 0.09, 0.5), (0.57, 0.43, 0.0)]);
+        assert!(decide(Model::Inline, &[seen(1, 0, 0.5, false)], &theirs, 0).is_empty());
         // A heavy peer alone on its core (no wait) stays, however idle the other core is.
         let alone = queues(&[(0.05, 0.0, 0.02), (0.0, 1.0, 0.0)]);
         assert!(decide(Model::Inline, &[seen(1, 0, 0.95, false)], &alone, 0).is_empty());
