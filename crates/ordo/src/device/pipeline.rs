@@ -236,6 +236,12 @@ impl<I: Io> DataPlane<I> {
         };
         let cost = self.packet_cost();
         let planes = self.peer_planes();
+        // Read /proc before taking the core's lock: deliveries wait on it.
+        let queues = if self.plan.model.has_queues() {
+            self.queues_seen()
+        } else {
+            vec![QueueSeen::default()]
+        };
         let mut core = self.core();
         let seen: Vec<Seen> = planes
             .iter()
@@ -252,11 +258,6 @@ impl<I: Io> DataPlane<I> {
                 }
             })
             .collect();
-        let queues = if self.plan.model.has_queues() {
-            self.queues_seen()
-        } else {
-            vec![QueueSeen::default()]
-        };
         for m in peers::decide(self.plan.model, &seen, &queues, self.plan.pools.len()) {
             let id = match &m {
                 peers::Move::Spread(id, _) => *id,
@@ -264,9 +265,10 @@ impl<I: Io> DataPlane<I> {
                 peers::Move::Queue(id, _) | peers::Move::Pool(id, _) => *id,
             };
             if let peers::Move::Queue(_, q) = m {
-                // Another daemon on this machine may see the same imbalance at the same
-                // moment; if both moved, both would collide again on the other core. A coin
-                // makes one of them go first (the other then sees the effect).
+                // Other daemons on this machine may see the same imbalance at the same moment
+                // (where the lighter-party rule of `peers::decide` does not tell them apart:
+                // several light peers on one crowded core); if all moved, they would crowd
+                // the other core. A coin makes some go first; the rest then see the effect.
                 if rand_core::OsRng.next_u32() & 1 == 0 {
                     continue;
                 }
