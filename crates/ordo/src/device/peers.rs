@@ -25,7 +25,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Auto model: a peer above this load (in cores: its packets times the measured cost of a
-/// packet's whole path) has its crypto spread over the pool. Below a whole core on purpose:
+/// packet's whole path) has its crypto spread over the pool, if another core has room for it
+/// (at least [`IMBALANCE`] idle; see [`decide`]). Below a whole core on purpose:
 /// the measure leaves out the kernel's share of the queue's core (softirq, copies), and a
 /// peer taking half of its queue's core already starves the queue's other peers.
 pub const SPREAD_ABOVE: f64 = 0.4;
@@ -150,7 +151,7 @@ pub enum Move {
 
 /// What to change, given every peer's load and how each queue's CPU fared (one entry per
 /// queue). At most one queue move and one pool move per call, each only when it narrows a
-/// clear imbalance or relieves a starved queue.
+/// clear imbalance or relieves a crowded queue.
 pub fn decide(model: Model, peers: &[Seen], queues: &[QueueSeen], pools: usize) -> Vec<Move> {
     let mut moves = Vec::new();
     let mut spread: Vec<bool> = peers.iter().map(|p| p.spread).collect();
