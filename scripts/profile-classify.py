@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Bins `perf script -F pid,comm,ip,sym,dso` samples of a machine-wide profile of one flow
+(scripts/profile-flow.sh) and prints cores per Gbit/s by bin.
+
+    profile-classify.py NPROC [NAME IPERF_JSON PERF_SCRIPT DAEMON_PIDS]...
+
+DAEMON_PIDS is a comma-separated list: the processes of both tunnel ends."""
+import json
+import sys
+from collections import Counter
+
+# A daemon sample's bin: the first of these found walking from the sampled function out
+# (so a TUN write's TCP receive work stays with the TUN write).
+KERNEL_CALLS = [
+    ("tun write", ("tun_chr_write_iter",)),
+    ("tun read", ("tun_chr_read_iter",)),
+    ("udp send", ("udp_sendmsg", "udpv6_sendmsg")),
+    ("udp receive", ("udp_recvmsg", "udpv6_recvmsg")),
+]
+BINS = ["aead", "tun read", "tun write", "udp send", "udp receive", "kernel other", "user other"]
+
+
+def samples(path):
+    """(pid, comm, frames) per sample; frames are (symbol, in_kernel), innermost first."""
+    pid, comm, frames = None, None, []
+    for line in open(path, errors="replace"):
+        if not line.strip():
+            if pid is not None:
+                yield pid, comm, frames
+            pid, comm, frames = None, None, []
+            continue
+        if not line[0].isspace():
+            # "comm pid" (comm may hold spaces): the pid is the last field.
+            head = line.split()
+            pid, comm = int(head[-1]), " ".join(head[:-1])
+            continue
+        parts = line.split(None, 1)
+        rest = parts[1] if len(parts) > 1 else ""
+        sym = rest.split(" (")[0].split("+0x")[0]
+        frames.append((sym, "kernel.kallsyms" in rest))
+    if pid is not None:
+        yield pid, comm, frames
+
+
+def bin_of(frames):
+    if not frames:
+        return "user other"
+    leaf = frames[0][0].lower()
+    if "chacha" in leaf or "poly1305" in leaf:
+        return "aead"
+    names = {f[0] for f in frames}
+    for name, calls in KERNEL_CALLS:
+        if any(c in names for c in calls):
+            return name
+    if any(k for _, k in frames):
+        return "kernel other"
+    return "user other"
+
+
+def main():
+    nproc = int(sys.argv[1])
+    args = sys.argv[2:]
+    rows = []
+    for i in range(0, len(args), 4):
+        name, iperf, script, pids = args[i : i + 4]
+        daemons = {int(p) for p in pids.split(",") if p}
+        gbps = json.load(open(iperf))["end"]["sum_received"]["bits_per_second"] / 1e9
+        total, bins, iperf3, idle = 0, Counter(), 0, 0
+        for pid, comm, frames in samples(script):
+            total += 1
+            if pid in daemons:
+                bins[bin_of(frames)] += 1
+            elif comm == "iperf3":
+                iperf3 += 1
+            elif comm.startswith("swapper"):
+                idle += 1
+        per = lambda n: nproc * n / max(total, 1) / max(gbps, 1e-9)
+        rows.append((name, gbps, per(sum(bins.values())), [per(bins[b]) for b in BINS], per(iperf3),
+                     nproc * idle / max(total, 1)))
+    print("Cores per Gbit/s of one TCP flow, by where a daemon's time went (machine-wide perf samples)\n")
+    print("| implementation | Gbit/s | daemons | " + " | ".join(BINS) + " | iperf3 | idle cores | AEAD + TUN + UDP |")
+    print("|---|" + "---|" * (len(BINS) + 5))
+    for name, gbps, daemons, b, ip3, idle in rows:
+        floor = sum(b[:5])
+        print(f"| {name} | {gbps:.2f} | {daemons:.3f} | " + " | ".join(f"{x:.3f}" for x in b)
+              + f" | {ip3:.3f} | {idle:.2f} | {floor:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

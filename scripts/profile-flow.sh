@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Where one TCP flow's CPU goes, per implementation, in one run: the same tunnel as
+# `make bench` (two namespaces over veth, the same implementation at both ends, one iperf3
+# flow A->B), sampled machine-wide by `perf record -a` for the middle of the flow. Each
+# sample of a daemon is put in one bin: the AEAD; the kernel's TUN read or write, UDP send
+# or receive (each with what the kernel does inside that call, e.g. the receiving TCP stack
+# inside a TUN write); other kernel time (interrupts, timers, poll, scheduling); the rest of
+# user space. Figures are cores per Gbit/s of the flow, so implementations compare directly;
+# the last column, AEAD + TUN + UDP, is what any implementation over a TUN device and kernel
+# UDP sockets pays (see BENCHMARKS.md).
+#
+#   scripts/profile-flow.sh [IMPL...]      default: ordo-inline wireguard-go
+#   IMPL: ordo-MODEL (pool, inline, threaded, auto), wireguard-go, boringtun
+# Needs perf (Debian: apt-get install --no-install-recommends linux-perf).
+set -euo pipefail
+source "$(dirname "$0")/../tests/interop/lib.sh"
+IMPLS=("$@")
+((${#IMPLS[@]})) || IMPLS=(ordo-inline wireguard-go)
+SECS=14   # the flow
+SAMPLE=8  # the sampled middle of it
+command -v perf >/dev/null || { echo "profile-flow: perf not found (apt-get install --no-install-recommends linux-perf)" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'teardown; rm -rf "$work"' EXIT
+
+rows=()
+for name in "${IMPLS[@]}"; do
+    impl=$name model=""
+    [[ $impl == ordo-* ]] && { model=${impl#ordo-}; impl=ordo; }
+    ORDO_MODEL=$model tunnel "$impl" "$impl" >/dev/null
+    ip netns exec "$NS_A" ping -q -c 2 -i 0.2 -w 10 "$IN_B" >/dev/null
+    daemons=$( (ip netns pids "$NS_A"; ip netns pids "$NS_B") | tr '\n' ,)
+    ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
+    for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break; sleep 0.1; done
+    ip netns exec "$NS_A" iperf3 -c "$IN_B" -t "$SECS" -J >"$work/$name.json" &
+    flow=$!
+    sleep $(((SECS - SAMPLE) / 2))
+    perf record -a -g -F 999 -o "$work/$name.data" -- sleep "$SAMPLE" >/dev/null 2>&1
+    wait "$flow"
+    perf script -i "$work/$name.data" -F pid,comm,ip,sym,dso >"$work/$name.txt" 2>/dev/null
+    rows+=("$name" "$work/$name.json" "$work/$name.txt" "$daemons")
+    teardown
+done
+python3 "$(dirname "$0")/profile-classify.py" "$(nproc)" "${rows[@]}"
