@@ -467,7 +467,8 @@ fn round<T>(
 }
 
 /// Seals `o.packets` packets, round robin over the peers; each dispatcher reads for the
-/// peers of its queue (copying each packet into a new buffer, as a read from TUN would).
+/// peers of its queue (copying each packet into a buffer of its thread's, as a read from TUN
+/// does).
 fn seal_round(
     plane: &Arc<DataPlane<MemIo>>,
     o: &Options,
@@ -487,7 +488,7 @@ fn seal_round(
         while made < total {
             for _ in 0..BATCH.min(total - made) {
                 let t = &templates[own[made % own.len()]];
-                let mut b = Vec::with_capacity(DATA_HEADER_LEN + t.len() + 32);
+                let mut b = crate::device::buffers::take(DATA_HEADER_LEN + t.len() + 32);
                 b.resize(DATA_HEADER_LEN, 0);
                 b.extend_from_slice(t);
                 batch.push(b);

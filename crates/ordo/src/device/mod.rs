@@ -8,6 +8,7 @@
 //! taken once per batch and never held during crypto.
 
 pub mod batch;
+pub mod buffers;
 pub mod cpuload;
 pub mod kernel;
 pub mod lane;

@@ -277,7 +277,7 @@ pub fn coalesced_header(segments: &[&[u8]]) -> (Vec<u8>, usize) {
 /// One segment's buffer: `headroom` zero bytes, the big packet's headers, the payload chunk,
 /// and room for the padding and tag that sealing adds.
 fn segment_copy(headers: &[u8], chunk: &[u8], headroom: usize) -> Vec<u8> {
-    let mut s = Vec::with_capacity(headroom + headers.len() + chunk.len() + 32);
+    let mut s = super::buffers::take(headroom + headers.len() + chunk.len() + 32);
     s.resize(headroom, 0);
     s.extend_from_slice(headers);
     s.extend_from_slice(chunk);

@@ -542,7 +542,8 @@ impl<I: Io> DataPlane<I> {
 
     /// In order, for each peer's run: the sealed messages go out, then the core learns what
     /// was sent (timers, rekey; one lock for all the runs).
-    fn deliver_outbound(&self, runs: &[(Arc<PeerPlane>, Vec<OutboundBatch>)], ctx: &Ctx) {
+    /// The sent buffers go back to this thread's spares (see buffers.rs).
+    fn deliver_outbound(&self, runs: &mut [(Arc<PeerPlane>, Vec<OutboundBatch>)], ctx: &Ctx) {
         let start = Instant::now();
         let st = ctx.stats.stage(Stage::DeliverOutbound);
         st.wakeups.fetch_add(runs.len() as u64, Ordering::Relaxed);
@@ -572,6 +573,9 @@ impl<I: Io> DataPlane<I> {
             drain(&mut core)
         };
         self.send_transmits(runs[0].0.queue.load(Ordering::Relaxed), transmits);
+        for b in runs.iter_mut().flat_map(|(_, run)| run) {
+            super::buffers::give(std::mem::take(&mut b.packets));
+        }
         self.stats
             .record(Stage::DeliverOutbound, &ctx.stats, sent_packets, start);
     }
@@ -641,7 +645,7 @@ fn delivery_thread<I: Io>(
             plane.deliver_inbound(&mut [(peer.clone(), inbound)], &ctx);
         }
         if !outbound.is_empty() {
-            plane.deliver_outbound(&[(peer.clone(), outbound)], &ctx);
+            plane.deliver_outbound(&mut [(peer.clone(), outbound)], &ctx);
         }
     }
 }

@@ -165,7 +165,7 @@ impl Tun {
                     } else {
                         &scratch[..n]
                     };
-                    let mut p = Vec::with_capacity(headroom + packet.len() + 32);
+                    let mut p = super::buffers::take(headroom + packet.len() + 32);
                     p.resize(headroom, 0);
                     p.extend_from_slice(packet);
                     out.push(p);
