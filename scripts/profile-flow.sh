@@ -23,7 +23,10 @@ work=$(mktemp -d)
 trap 'teardown; rm -rf "$work"' EXIT
 
 rows=()
+n=0
 for name in "${IMPLS[@]}"; do
+    n=$((n + 1))
+    f="$work/$n"  # the same implementation may be listed twice
     impl=$name model=""
     [[ $impl == ordo-* ]] && { model=${impl#ordo-}; impl=ordo; }
     ORDO_MODEL=$model tunnel "$impl" "$impl" >/dev/null
@@ -31,13 +34,13 @@ for name in "${IMPLS[@]}"; do
     daemons=$( (ip netns pids "$NS_A"; ip netns pids "$NS_B") | tr '\n' ,)
     ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
     for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break; sleep 0.1; done
-    ip netns exec "$NS_A" iperf3 -c "$IN_B" -t "$SECS" -J >"$work/$name.json" &
+    ip netns exec "$NS_A" iperf3 -c "$IN_B" -t "$SECS" -J >"$f.json" &
     flow=$!
     sleep $(((SECS - SAMPLE) / 2))
-    perf record -a -g -F 999 -o "$work/$name.data" -- sleep "$SAMPLE" >/dev/null 2>&1
+    perf record -a -g -F 999 -o "$f.data" -- sleep "$SAMPLE" >/dev/null 2>&1
     wait "$flow"
-    perf script -i "$work/$name.data" -F pid,comm,ip,sym,dso >"$work/$name.txt" 2>/dev/null
-    rows+=("$name" "$work/$name.json" "$work/$name.txt" "$daemons")
+    perf script -i "$f.data" -F pid,comm,ip,sym,dso >"$f.txt" 2>/dev/null
+    rows+=("$name" "$f.json" "$f.txt" "$daemons")
     teardown
 done
 python3 "$(dirname "$0")/profile-classify.py" "$(nproc)" "${rows[@]}"
