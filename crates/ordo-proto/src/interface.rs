@@ -223,6 +223,18 @@ pub enum Sent {
 /// Bytes the output buffer of [`Interface::send`] needs beyond the packet length.
 pub const SEND_HEADROOM: usize = messages::DATA_OVERHEAD + 15;
 
+/// Where an interface's round robin of queues starts when the first peer it ever has is
+/// added and it knows its own key: from the pair of keys, the same at both ends of the tunnel, and one
+/// apart between them. Over many tunnels it is as even as a random start; and the two ends
+/// of one tunnel, when they share a machine (namespaces, containers, the benchmarks), take
+/// different queues — on the same number of queues, different cores — instead of
+/// colliding half the time and waiting for the placement to part them.
+fn first_queue(me: &PublicKey, peer: &PublicKey) -> u32 {
+    let (a, b) = (me.as_bytes(), peer.as_bytes());
+    let shared = u32::from_le_bytes([a[0] ^ b[0], a[1] ^ b[1], a[2] ^ b[2], a[3] ^ b[3]]);
+    shared.wrapping_add((me > peer) as u32)
+}
+
 pub struct Interface {
     identity: Option<Identity>,
     checker: Option<CookieChecker>,
@@ -259,7 +271,7 @@ impl Interface {
     pub fn with_rng(now: Instant, mut rng: ChaCha20Rng) -> Self {
         // New peers take the queues round robin from a random one: many interfaces of one
         // peer each (a gateway per tunnel) would otherwise all put theirs on queue 0, and so
-        // on the same core.
+        // on the same core. The first peer's may instead come from the pair of keys (add_peer).
         let next_queue = rng.next_u32();
         Interface {
             identity: None,
@@ -337,10 +349,10 @@ impl Interface {
         self.queues
     }
 
-    /// Moves a peer to another receive queue. Its current session keeps the old index, so a
-    /// handshake starts now, or as soon as the rate limit of one initiation per
-    /// REKEY_TIMEOUT allows: the new session's index steers to the new queue. Returns false
-    /// for an unknown peer.
+    /// Moves a peer to another receive queue. Its current session keeps the old index (the
+    /// device steers it by exception meanwhile, see `steering_overrides`), so a handshake
+    /// starts now, or as soon as the rate limit of one initiation per REKEY_TIMEOUT allows:
+    /// the new session's index steers to the new queue. Returns false for an unknown peer.
     pub fn set_peer_queue(&mut self, id: PeerId, queue: u32, now: Instant, wall: SystemTime) -> bool {
         let queues = self.queues;
         let Some(peer) = self.peers.get_mut(&id) else {
@@ -363,6 +375,24 @@ impl Interface {
             }
         }
         true
+    }
+
+    /// Our receiver indices (of sessions and handshakes) that steer to another queue than
+    /// their peer's, with the peer's queue: a moved peer's until its sessions of before the
+    /// move are gone. The device adds them to its steering program as exceptions, so that a
+    /// move takes effect at once instead of with the move's handshake. Sorted by index.
+    pub fn steering_overrides(&self) -> Vec<(u32, u32)> {
+        if self.queues <= 1 {
+            return Vec::new();
+        }
+        let mut v: Vec<(u32, u32)> = (self.indices.iter())
+            .filter_map(|(&index, id)| {
+                let queue = self.peers.get(id)?.queue;
+                (steering::queue_of_index(index, self.queues) != queue).then_some((index, queue))
+            })
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// Whether the peer's current session has an index that steers to another queue than
@@ -389,6 +419,9 @@ impl Interface {
         self.next_peer_id += 1;
         let ss = self.identity.as_ref().and_then(|me| me.static_static(&key));
         let mut peer = Peer::new(key, ss);
+        if let (1, Some(me)) = (id.0, self.public_key()) {
+            self.next_queue = first_queue(&me, &key);
+        }
         peer.queue = self.next_queue % self.queues;
         self.next_queue = self.next_queue.wrapping_add(1);
         self.peers.insert(id, peer);

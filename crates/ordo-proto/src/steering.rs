@@ -5,7 +5,9 @@
 //! each datagram (see the device's `steer.rs`); that program can read the message but not
 //! look anything up, so the assignment is written into the one field we choose and the peer
 //! echoes: our receiver index. Its low byte, modulo the number of queues, names the queue.
-//! Changing a peer's queue takes effect with its next session (the device starts a handshake).
+//! Changing a peer's queue takes effect by the rule with its next session (the core starts a
+//! handshake); until then the device steers the peer's older indices by exception
+//! (`Interface::steering_overrides`).
 
 use crate::messages::{TYPE_COOKIE_REPLY, TYPE_DATA, TYPE_RESPONSE};
 

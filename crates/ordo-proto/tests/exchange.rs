@@ -620,22 +620,64 @@ fn receiver_indices_steer_to_the_peers_queue() {
     assert_eq!(firsts.len(), 2, "both queues are used");
 }
 
+/// The two ends of a tunnel, configured each with the other as its first peer, take
+/// different queues (of two): when they share a machine they start on different cores. Over
+/// many tunnels both queues are used alike.
+#[test]
+fn the_two_ends_of_a_tunnel_start_on_different_queues() {
+    let now = Instant::now();
+    let mut first_queues = [0u32; 2];
+    for seed in 1..=64u8 {
+        let keys = [
+            PrivateKey::from_bytes([seed; 32]),
+            PrivateKey::from_bytes([seed ^ 0x80; 32]),
+        ];
+        let ends: Vec<u32> = (0..2)
+            .map(|k| {
+                let mut end = Interface::with_rng(now, ChaCha20Rng::seed_from_u64(seed as u64 * 2 + k as u64));
+                end.set_queues(2);
+                end.set_private_key(Some(keys[k].clone()));
+                let peer = end.add_peer(keys[1 - k].public_key()).unwrap();
+                let queue = end.peer(peer).unwrap().queue;
+                // Only the first peer ever: one removed and added again takes the next queue.
+                end.remove_peer(peer);
+                let again = end.add_peer(keys[1 - k].public_key()).unwrap();
+                assert_eq!(end.peer(again).unwrap().queue, (queue + 1) % 2);
+                queue
+            })
+            .collect();
+        assert_ne!(ends[0], ends[1], "tunnel {seed}");
+        first_queues[ends[0] as usize] += 1;
+    }
+    assert!(first_queues.iter().all(|&n| n >= 16), "{first_queues:?}");
+}
+
 /// A peer moved right after a handshake (the placement acts as soon as traffic shows its
 /// load) cannot initiate at once (one initiation per REKEY_TIMEOUT): the handshake that
 /// moves its index comes when the limit allows, not at the next rekey two minutes later.
 #[test]
 fn a_peer_moved_during_the_rate_limit_is_rekeyed_when_it_ends() {
-    use ordo_proto::steering::queue_of_message;
+    use ordo_proto::steering::{queue_of_index, queue_of_message};
     let mut n = Net::new(None);
     n.a.set_queues(2);
     assert!(n.a.set_peer_queue(n.pa, 0, n.now, n.wall()));
     n.send(true, b"one");
     assert_eq!(n.tun_b.len(), 1, "the first handshake is done");
+    assert_eq!(
+        n.a.steering_overrides(),
+        vec![],
+        "every index steers to its peer's queue"
+    );
     let before = n.initiations_from_a();
     n.advance(Duration::from_secs(1));
     assert!(n.a.set_peer_queue(n.pa, 1, n.now, n.wall()));
     n.pump();
     assert_eq!(n.initiations_from_a(), before, "still inside the rate limit");
+    // Until then the device steers the session's index, of queue 0, to queue 1 by exception
+    // (the device's steer.rs).
+    let overrides = n.a.steering_overrides();
+    assert_eq!(overrides.len(), 1, "{overrides:?}");
+    assert_eq!((queue_of_index(overrides[0].0, 2), overrides[0].1), (0, 1));
     n.advance(REKEY_TIMEOUT - Duration::from_secs(1) - Duration::from_millis(1));
     assert_eq!(n.initiations_from_a(), before, "not before the limit ends");
     n.advance(Duration::from_millis(1));

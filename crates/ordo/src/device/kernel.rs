@@ -12,7 +12,7 @@ use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// The inner packet of an accepted (batch, packet, length).
 fn inner(run: &[InboundBatch], (bi, pi, len): (usize, usize, usize)) -> &[u8] {
@@ -24,7 +24,11 @@ pub struct KernelIo {
     pub tun: Vec<Tun>,
     /// The sockets of each queue; replaced when the listen port changes.
     pub sockets: RwLock<Arc<Vec<Sockets>>>,
+    pub steered: Mutex<Steered>,
 }
+
+/// The steering exceptions attached last, and to which socket group (see `steer_exceptions`).
+pub type Steered = (Weak<Vec<Sockets>>, Vec<(u32, u32)>);
 
 impl KernelIo {
     pub fn sockets(&self) -> Arc<Vec<Sockets>> {
@@ -84,6 +88,30 @@ impl Io for KernelIo {
                 }
             }
         }
+    }
+
+    /// Attaches a new steering program when the exceptions or the sockets changed since
+    /// the last (new sockets start with none).
+    fn steer_exceptions(&self, exceptions: &[(u32, u32)]) {
+        let group = self.sockets();
+        if group.len() < 2 {
+            return;
+        }
+        let mut steered = self.steered.lock().unwrap_or_else(|p| p.into_inner());
+        if steered.0.upgrade().is_some_and(|g| Arc::ptr_eq(&g, &group)) && steered.1 == exceptions {
+            return;
+        }
+        let queues = group.len() as u32;
+        let attached = super::steer::attach(&group[0].v4, queues, exceptions).and_then(|()| match &group[0].v6 {
+            Some(s) => super::steer::attach(s, queues, exceptions),
+            None => Ok(()),
+        });
+        // On failure the rule still holds: moved peers' datagrams reach their new queue with
+        // the move's handshake, as without exceptions. Not retried until the list changes.
+        if let Err(e) = attached {
+            eprintln!("ordo: steering exceptions not attached: {e}");
+        }
+        *steered = (Arc::downgrade(&group), exceptions.to_vec());
     }
 
     fn send_outer(&self, queue: usize, to: SocketAddr, payloads: &[&[u8]]) -> usize {

@@ -70,6 +70,7 @@ impl Device {
         let io = KernelIo {
             tun,
             sockets: RwLock::new(Arc::new(sockets)),
+            steered: Mutex::new((std::sync::Weak::new(), Vec::new())),
         };
         Ok(Arc::new(Device {
             name: name.to_string(),

@@ -47,6 +47,10 @@ pub trait Io: Send + Sync + Sized + 'static {
     );
     /// Sends messages to `to`; returns how many went out.
     fn send_outer(&self, queue: usize, to: SocketAddr, payloads: &[&[u8]]) -> usize;
+    /// Steers these receiver indices to these queues, as exceptions to the rule of
+    /// `ordo_proto::steering` (the indices of moved peers; see steer.rs). Called each
+    /// placement interval with the full list; I/O without steering ignores it.
+    fn steer_exceptions(&self, _exceptions: &[(u32, u32)]) {}
 }
 
 /// Errors and figures of the I/O side, counted beside the core's drop reasons.
@@ -225,7 +229,8 @@ impl<I: Io> DataPlane<I> {
     }
 
     /// Measures every peer's load and moves peers as [`peers::decide`] says: between queues
-    /// (through the core, which re-keys the peer onto the new queue), between pools, and in
+    /// (at once, by steering exceptions for its old indices, and for good by the core, which
+    /// re-keys the peer onto the new queue), between pools, and in
     /// the auto model between its queue and the pool. Called about every [`peers::INTERVAL`].
     pub fn rebalance(&self, now: Instant, wall: SystemTime) -> Vec<Transmit> {
         let elapsed = {
@@ -278,7 +283,12 @@ impl<I: Io> DataPlane<I> {
                 peers::apply(p, &m, now);
             }
         }
-        drain(&mut core)
+        // A moved peer's datagrams go to its new queue now, not with the move's handshake.
+        let exceptions = core.steering_overrides();
+        let transmits = drain(&mut core);
+        drop(core);
+        self.io.steer_exceptions(&exceptions);
+        transmits
     }
 }
 

@@ -22,26 +22,43 @@ fn op(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
     }
 }
 
-/// The program: the low byte of the receiver index (at 8 in a response, at 4 otherwise),
-/// modulo the number of queues. Mirrors `ordo_proto::steering::queue_of_message`.
-pub fn program(queues: u32) -> Vec<libc::sock_filter> {
+/// Most exceptions a program carries (two instructions each, within the kernel's 4096). More
+/// would only come from hundreds of peers moved within one rekey interval; those beyond wait
+/// for their move's handshake.
+pub const MAX_EXCEPTIONS: usize = 1024;
+
+/// The program: the receiver index (at 8 in a response, at 4 otherwise); first the
+/// exceptions, each (index, queue) sending that index to that queue; then the rule, the
+/// index's low byte modulo the number of queues (`ordo_proto::steering::queue_of_message`).
+/// Exceptions are how a peer moved to another queue gets its datagrams there at once: its
+/// session's index still names the old queue (`Interface::steering_overrides`).
+pub fn program(queues: u32, exceptions: &[(u32, u32)]) -> Vec<libc::sock_filter> {
     use libc::*;
-    let ldb = |at: u32| op(BPF_LD | BPF_B | BPF_ABS, at, 0, 0);
-    vec![
-        ldb(0),
+    let ldw = |at: u32| op(BPF_LD | BPF_W | BPF_ABS, at, 0, 0);
+    let mut p = vec![
+        op(BPF_LD | BPF_B | BPF_ABS, 0, 0, 0),
         // A response carries the peer's index first and ours at 8: jump to that load.
         op(BPF_JMP | BPF_JEQ | BPF_K, TYPE_RESPONSE as u32, 0, 2),
-        ldb(8),
+        ldw(8),
         op(BPF_JMP | BPF_JA, 1, 0, 0),
-        ldb(4),
-        op(BPF_ALU | BPF_MOD | BPF_K, queues.max(1), 0, 0),
-        op(BPF_RET | BPF_A, 0, 0, 0),
-    ]
+        ldw(4),
+    ];
+    // A word load reads network (big-endian) order; indices travel little-endian.
+    for &(index, queue) in exceptions.iter().take(MAX_EXCEPTIONS) {
+        p.push(op(BPF_JMP | BPF_JEQ | BPF_K, index.swap_bytes(), 0, 1));
+        p.push(op(BPF_RET | BPF_K, queue, 0, 0));
+    }
+    // The index's low byte is the word's top byte.
+    p.push(op(BPF_ALU | BPF_RSH | BPF_K, 24, 0, 0));
+    p.push(op(BPF_ALU | BPF_MOD | BPF_K, queues.max(1), 0, 0));
+    p.push(op(BPF_RET | BPF_A, 0, 0, 0));
+    p
 }
 
-/// Attaches the program to the reuseport group of `sock` (it applies to the whole group).
-pub fn attach(sock: &impl AsRawFd, queues: u32) -> io::Result<()> {
-    let mut prog = program(queues);
+/// Attaches the program to the reuseport group of `sock` (it applies to the whole group),
+/// replacing the one attached before.
+pub fn attach(sock: &impl AsRawFd, queues: u32, exceptions: &[(u32, u32)]) -> io::Result<()> {
+    let mut prog = program(queues, exceptions);
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_mut_ptr(),
@@ -113,5 +130,53 @@ mod tests {
             s.v4.recv(&mut [0u8; 64]).is_ok()
         });
         assert!(got);
+    }
+
+    /// A moved peer: its session's index names queue 0 by the rule, an exception sends it
+    /// (data and responses) to queue 3; other indices keep the rule; a new program replaces
+    /// the old one.
+    #[test]
+    fn an_exception_sends_a_moved_peers_index_to_its_new_queue() {
+        let group = Sockets::bind_queues(0, 0, 4).unwrap();
+        let port = group[0].port;
+        for s in &group {
+            s.v4.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        }
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let moved = index_for_queue(0x1234_5678, 0, 4);
+        let other = index_for_queue(0x0bad_cafe, 0, 4);
+        let data = |index: u32| {
+            let mut m = vec![TYPE_DATA, 0, 0, 0];
+            m.extend_from_slice(&index.to_le_bytes());
+            m.extend_from_slice(&[9; 24]);
+            m
+        };
+        let response = |index: u32| {
+            let mut m = vec![super::TYPE_RESPONSE, 0, 0, 0, 0xee, 0xee, 0xee, 0xee];
+            m.extend_from_slice(&index.to_le_bytes());
+            m.extend_from_slice(&[8; 24]);
+            m
+        };
+        let arrives_on = |msg: &[u8]| {
+            client.send_to(msg, ("127.0.0.1", port)).unwrap();
+            let mut buf = [0u8; 256];
+            (0..4)
+                .find(|&q| {
+                    group[q].v4.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+                    group[q].v4.recv(&mut buf).is_ok_and(|n| buf[..n] == *msg)
+                })
+                .expect("arrived on some queue")
+        };
+        let exceptions = [(moved.wrapping_sub(1), 1), (moved, 3), (moved.wrapping_add(1), 2)];
+        super::attach(&group[0].v4, 4, &exceptions).unwrap();
+        assert_eq!(arrives_on(&data(moved)), 3);
+        assert_eq!(arrives_on(&response(moved)), 3);
+        assert_eq!(arrives_on(&data(other)), 0);
+        super::attach(&group[0].v4, 4, &[]).unwrap();
+        assert_eq!(arrives_on(&data(moved)), 0, "the rule again");
+        assert!(
+            super::program(4, &vec![(1, 1); 5000]).len() <= 4096,
+            "within the kernel's limit"
+        );
     }
 }

@@ -93,9 +93,9 @@ impl Sockets {
                 }
             }
             if reuse {
-                super::steer::attach(&v4[0], queues as u32)?;
+                super::steer::attach(&v4[0], queues as u32, &[])?;
                 if let Some(s) = v6.first() {
-                    super::steer::attach(s, queues as u32)?;
+                    super::steer::attach(s, queues as u32, &[])?;
                 }
             }
             let mut v6 = v6.into_iter();
