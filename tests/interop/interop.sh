@@ -260,6 +260,31 @@ EOF
     ping_ok "$NS_A" "$IN_B" || fail "tunnel broken by bad input"
 }
 
+# Drops the kernel makes before Ordo sees a packet are counted as the kernel reports them:
+# with the daemon stopped, a burst into the tunnel fills the TUN queue Ordo sized (2048; the
+# kernel's default is 500) and the rest is dropped; `ordo show` names exactly that many.
+t_os_drops() {
+    tunnel ordo ordo
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    ip -n "$NS_A" link show "$IF_A" | grep "qlen 2048" >/dev/null || fail "TUN queue length: $(ip -n "$NS_A" link show "$IF_A")"
+    local before pids dropped
+    before=$(ordo_counter "$IF_A" drop_os_tun_queue_full)
+    pids=$(ip netns pids "$NS_A")
+    kill -STOP $pids
+    local sent=0
+    ip netns exec "$NS_A" python3 - "$IN_B" <<'EOF' && sent=1
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(3000): s.sendto(b"x" * 100, (sys.argv[1], 9))
+EOF
+    kill -CONT $pids  # before any failure: a stopped daemon would not hear teardown's TERM
+    ((sent)) || fail "the burst could not be sent"
+    dropped=$(( $(ordo_counter "$IF_A" drop_os_tun_queue_full) - before ))
+    # 3000 - 2048 = 952, and a few more if the kernel queued packets of its own meanwhile.
+    ((dropped >= 952 && dropped <= 960)) || fail "drop_os_tun_queue_full rose by $dropped, want 952"
+    ping_ok "$NS_A" "$IN_B" || fail "tunnel broken after the burst"
+}
+
 # wg setconf / showconf / syncconf, and wg-quick with WG_QUICK_USERSPACE_IMPLEMENTATION=ordo
 # on one side against `ordo up` on the other.
 t_config() {
@@ -532,6 +557,7 @@ run_test "auto_regime[wireguard-go]" t_auto_regime wireguard-go
 run_test "busy_core[wireguard-go]" t_busy_core wireguard-go
 run_test "cookie[wireguard-go]" t_cookie wireguard-go
 run_test "bad_input" t_bad_input
+run_test "os_drops" t_os_drops
 run_test "config" t_config
 run_test "default_route[wireguard-go]" t_default_route wireguard-go
 run_test "privileges" t_privileges

@@ -242,9 +242,20 @@ impl Tun {
     pub fn set_mtu(&self, mtu: u32) -> io::Result<()> {
         interface_ioctl(&self.name, libc::SIOCSIFMTU, Some(mtu as libc::c_int)).map(|_| ())
     }
+
+    /// How many packets each queue holds for its reader before the kernel drops (the
+    /// interface's txqueuelen: the length of every queue's ring).
+    pub fn tx_queue_len(&self) -> io::Result<u32> {
+        interface_ioctl(&self.name, libc::SIOCGIFTXQLEN, None).map(|v| v as u32)
+    }
+
+    pub fn set_tx_queue_len(&self, packets: u32) -> io::Result<()> {
+        interface_ioctl(&self.name, libc::SIOCSIFTXQLEN, Some(packets as libc::c_int)).map(|_| ())
+    }
 }
 
-/// Runs an interface ioctl that takes or returns one integer (the MTU) on a datagram socket.
+/// Runs an interface ioctl that takes or returns one integer (the MTU, the queue length) on a
+/// datagram socket.
 fn interface_ioctl(name: &str, request: libc::c_ulong, set: Option<libc::c_int>) -> io::Result<libc::c_int> {
     let mut req = IfReq::new(name)?;
     req.value = set.unwrap_or(0);
@@ -255,7 +266,8 @@ fn interface_ioctl(name: &str, request: libc::c_ulong, set: Option<libc::c_int>)
     }
     // SAFETY: fd is a fresh descriptor we own; OwnedFd closes it on every path.
     let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: SIOCGIFMTU/SIOCSIFMTU read or write a `struct ifreq` whose union holds an int.
+    // SAFETY: SIOCGIFMTU/SIOCSIFMTU/SIOCGIFTXQLEN/SIOCSIFTXQLEN read or write a `struct ifreq`
+    // whose union holds an int.
     let rc = unsafe { libc::ioctl(sock.as_raw_fd(), request, &mut req as *mut IfReq) };
     if rc < 0 {
         return Err(io::Error::last_os_error());

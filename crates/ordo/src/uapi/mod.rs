@@ -190,6 +190,15 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
     for (name, value) in [
         ("drop_tun_write_error", io.tun_write_errors.load(Ordering::Relaxed)),
         ("drop_udp_send_error", io.udp_send_errors.load(Ordering::Relaxed)),
+        // Counted by the kernel before Ordo saw the packet (see device/osdrops.rs).
+        (
+            "drop_os_tun_queue_full",
+            crate::device::osdrops::tun_queue_drops(device.tun().name()).unwrap_or(0),
+        ),
+        (
+            "drop_os_udp_receive_buffer",
+            crate::device::osdrops::udp_receive_drops(device.listen_port()),
+        ),
         ("tun_writes", io.tun_writes.load(Ordering::Relaxed)),
         (
             "tun_coalesced_packets",
