@@ -14,8 +14,9 @@ pub fn tun_queue_drops(ifname: &str) -> Option<u64> {
     tx_dropped(&fs::read_to_string("/proc/thread-self/net/dev").ok()?, ifname)
 }
 
-/// Datagrams dropped by every UDP socket (IPv4 and IPv6) bound to `port`: a full receive
-/// buffer, mostly.
+/// Receives dropped by every UDP socket (IPv4 and IPv6) bound to `port`, a full receive
+/// buffer mostly: the kernel counts buffers, so a dropped GRO batch of many datagrams
+/// counts once.
 pub fn udp_receive_drops(port: u16) -> u64 {
     ["/proc/thread-self/net/udp", "/proc/thread-self/net/udp6"]
         .iter()
