@@ -215,7 +215,7 @@ pub fn run(o: &Options) -> Result<Report> {
     };
     let plan = Plan::new(&config).map_err(anyhow::Error::msg)?;
     let dispatchers = if o.model.has_queues() { plan.queues.len() } else { 1 };
-    let crypto_threads = match o.model {
+    let mut crypto_threads = match o.model {
         // Dispatchers without a peer do nothing.
         Model::Inline => dispatchers.min(o.peers),
         Model::Auto => dispatchers.min(o.peers).max(plan.workers()),
@@ -274,11 +274,15 @@ pub fn run(o: &Options) -> Result<Report> {
     }
     if o.model == Model::Inline {
         // The crypto runs where the peers' queues are: with one peer on queue 1, the 1-core
-        // ceiling must be CPU 1's, not CPU 0's (the two differ by 10% here at times).
+        // ceiling must be CPU 1's, not CPU 0's (the two differ by 10% here at times); and
+        // only the queues that carry peers do crypto.
         let mut used: Vec<usize> = queue_of.iter().filter_map(|&q| queue_cpus.get(q).copied()).collect();
         used.sort_unstable();
         used.dedup();
-        ceiling_cpus = used;
+        if !used.is_empty() {
+            crypto_threads = used.len();
+            ceiling_cpus = used;
+        }
     }
 
     // Seal: packets to every peer, round robin, through the read stage (each dispatcher
