@@ -124,9 +124,9 @@ fn packet(src: [u8; 4], dst: [u8; 4], size: usize) -> Vec<u8> {
 
 const SERVER_IP: [u8; 4] = [10, 0, 0, 1];
 
-/// The open round carves its messages from buffers of this size, as the receive stage
-/// carves a GRO batch's datagrams from its slots (four 64 KB receives).
-const SLOT_BYTES: usize = 4 * 65536;
+/// The open round carves its messages from buffers of this size: a fresh slot of the
+/// receive stage's (see `batch::Receiver`).
+const SLOT_BYTES: usize = crate::device::batch::SLOT_RECEIVES * crate::device::MAX_PACKET;
 
 /// The ceiling: `size`-byte packets sealed (or opened) in a plain loop, `each` packets on each
 /// of `cpus` by a thread pinned there, all at once; Gbit/s of inner packets, timed like a

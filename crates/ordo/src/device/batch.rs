@@ -108,7 +108,7 @@ pub struct Receiver {
 }
 
 /// A fresh slot holds this many maximal receives before it is replaced.
-const SLOT_RECEIVES: usize = 4;
+pub(crate) const SLOT_RECEIVES: usize = 4;
 
 impl Receiver {
     /// `max_datagram`: the largest datagram (or GRO batch) accepted; longer ones are
