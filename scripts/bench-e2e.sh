@@ -12,6 +12,12 @@
 # has the CPU time both daemons used (from /proc) and ratios against wireguard-go measured
 # in the same run; Ordo's in-order stage figures follow.
 #
+# Host steal: this is a virtual machine whose host at times runs other guests on our CPUs
+# (/proc/stat "steal"; 40% of both CPUs in bad minutes, when a flow falls to a quarter of
+# its rate). Every run records the steal over its flow; a TCP run with more than
+# BENCH_MAX_STEAL percent (default 10) is measured again, up to BENCH_STEAL_TRIES times in
+# all (default 3), and the table shows the steal of the runs it kept.
+#
 #   scripts/bench-e2e.sh [DURATION=10] [RUNS=3]        BENCH_IMPLS / BENCH_CASES to narrow
 set -euo pipefail
 source "$(dirname "$0")/../tests/interop/lib.sh"
@@ -21,10 +27,17 @@ IMPLS=(${BENCH_IMPLS:-ordo-pool ordo-inline ordo-threaded ordo-auto wireguard-go
 CASES=(${BENCH_CASES:-tcp tcp-rev tcp4 udp})
 # Offered UDP rates tried, in Gbit/s, lowest first.
 UDP_RATES=(0.1 0.25 0.5 1 1.5 2 2.5 3 4)
+MAX_STEAL=${BENCH_MAX_STEAL:-10}
+STEAL_TRIES=${BENCH_STEAL_TRIES:-3}
 trap teardown EXIT
 
+# The machine's CPU time so far as "steal total" in clock ticks (first line of /proc/stat).
+cpu_ticks() {
+    awk '/^cpu /{t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t; exit}' /proc/stat
+}
+
 # measure IMPL SECONDS IPERF_ARGS...: a fresh tunnel, one iperf3 run; prints
-# "Gbit/s daemon-cores retransmits-or-loss%".
+# "Gbit/s daemon-cores retransmits-or-loss% host-steal%".
 measure() {
     local impl=$1 secs=$2 model=""
     shift 2
@@ -34,12 +47,14 @@ measure() {
     CPUS_A=$cpus_a CPUS_B=$cpus_b ORDO_MODEL=$model tunnel "$impl" "$impl" >/dev/null
     ip netns exec "$NS_A" ping -q -c 2 -i 0.2 -w 10 "$IN_B" >/dev/null
     # Daemons only: the baseline is taken before iperf3 starts, and iperf3 is not counted.
-    local cpu0 cpu1 json
+    local cpu0 cpu1 json steal0 steal1
     cpu0=$(( $(ns_cpu "$NS_A") + $(ns_cpu "$NS_B") ))
+    steal0=$(cpu_ticks)
     ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
     local srv=$!
     for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break; sleep 0.1; done
     json=$(ip netns exec "$NS_A" iperf3 -c "$IN_B" -t "$secs" -J "$@")
+    steal1=$(cpu_ticks)
     wait $srv 2>/dev/null || true
     cpu1=$(( $(ns_cpu "$NS_A") + $(ns_cpu "$NS_B") ))
     echo "$json" | python3 -c "
@@ -47,11 +62,13 @@ import json, sys, os
 e = json.load(sys.stdin)['end']
 ticks = os.sysconf('SC_CLK_TCK')
 cores = ($cpu1 - $cpu0) / ticks / $secs
+(s0, t0), (s1, t1) = map(int, '$steal0'.split()), map(int, '$steal1'.split())
+steal = 100 * (s1 - s0) / max(t1 - t0, 1)
 if 'sum_received' in e and 'lost_percent' not in e.get('sum', {}):
-    print(e['sum_received']['bits_per_second'] / 1e9, cores, e['sum_sent'].get('retransmits', 0))
+    print(e['sum_received']['bits_per_second'] / 1e9, cores, e['sum_sent'].get('retransmits', 0), round(steal, 1))
 else:
     s = e['sum']
-    print(s['bits_per_second'] * (1 - s['lost_percent'] / 100) / 1e9, cores, s['lost_percent'])
+    print(s['bits_per_second'] * (1 - s['lost_percent'] / 100) / 1e9, cores, s['lost_percent'], round(steal, 1))
 "
 }
 
@@ -75,9 +92,15 @@ for case in "${CASES[@]}"; do
     args=(); [[ $case == tcp-rev ]] && args=(-R); [[ $case == tcp4 ]] && args=(-P 4)
     for _ in $(seq "$RUNS"); do
         for impl in "${IMPLS[@]}"; do
-            echo "$case $impl $(measure "$impl" "$DURATION" "${args[@]}")" >>"$results"
-            [[ $impl == ordo* && $case == tcp ]] && lane_figures >>"$results"
-            teardown
+            for try in $(seq "$STEAL_TRIES"); do
+                r=$(measure "$impl" "$DURATION" "${args[@]}")
+                python3 -c "import sys; sys.exit(0 if float('${r##* }') <= $MAX_STEAL else 1)" \
+                    || ((try == STEAL_TRIES)) || { echo "bench: $case $impl: host steal ${r##* }%, measuring again" >&2; teardown; continue; }
+                echo "$case $impl $r" >>"$results"
+                [[ $impl == ordo* && $case == tcp ]] && lane_figures >>"$results"
+                teardown
+                break
+            done
         done
     done
 done
@@ -87,11 +110,11 @@ if [[ " ${CASES[*]} " == *" udp "* ]]; then
         for rate in "${UDP_RATES[@]}"; do
             r=$(measure "$impl" 3 -u -l 1392 -w 4M -b "${rate}G")
             teardown
-            loss=${r##* }
+            read -r _ _ loss _ <<<"$r"
             python3 -c "import sys; sys.exit(0 if float('$loss') < 1.0 else 1)" || break
             best="$r"
         done
-        echo "udp $impl ${best:-0 0 100}" >>"$results"
+        echo "udp $impl ${best:-0 0 100 0}" >>"$results"
     done
 fi
 
@@ -103,12 +126,12 @@ for line in open(sys.argv[1]):
     if f[0] == "lane":
         lanes.setdefault((f[1], f[2]), []).append(tuple(map(int, f[3:6])))
         continue
-    rows.setdefault((f[0], f[1]), []).append(tuple(map(float, f[2:5])))
+    rows.setdefault((f[0], f[1]), []).append(tuple(map(float, f[2:6])))
 print(f"date {datetime.date.today()}, {os.cpu_count()} cores, kernel {platform.release()}; "
       f"TCP: {sys.argv[2]} s x {sys.argv[3]} runs, median; UDP: 3 s per offered rate, best rate under 1% loss")
 print()
-print("| case | implementation | Gbit/s | x wireguard-go | daemon cores (both ends) | cores per Gbit/s | x wireguard-go | retransmits / UDP loss % | each run, Gbit/s |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| case | implementation | Gbit/s | x wireguard-go | daemon cores (both ends) | cores per Gbit/s | x wireguard-go | retransmits / UDP loss % | each run, Gbit/s | host steal %, each run |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 med = lambda k, i: statistics.median(r[i] for r in rows[k])
 for (case, impl) in rows:
     g, c = med((case, impl), 0), med((case, impl), 1)
@@ -118,7 +141,8 @@ for (case, impl) in rows:
     cpg = c / g if g else float("inf")
     rc = cpg / (med(ref, 1) / med(ref, 0)) if ref in rows and med(ref, 0) else float("nan")
     runs = " ".join(f"{r[0]:.2f}" for r in rows[(case, impl)])
-    print(f"| {case} | {impl} | {g:.2f} | {rg:.2f} | {c:.2f} | {cpg:.2f} | {rc:.2f} | {med((case, impl), 2):g} | {runs} |")
+    steal = " ".join(f"{r[3]:g}" for r in rows[(case, impl)])
+    print(f"| {case} | {impl} | {g:.2f} | {rg:.2f} | {c:.2f} | {cpg:.2f} | {rc:.2f} | {med((case, impl), 2):g} | {runs} | {steal} |")
 if lanes:
     print()
     print("Ordo's in-order stage at saturation (one TCP flow), summed over the runs:")

@@ -13,7 +13,7 @@
 //! where the device pins that queue's thread and carrying the peers of its queue, as the
 //! kernel's steering would give them.
 
-use crate::device::batch::{Datagram, BATCH};
+use crate::device::batch::{Datagram, BATCH, READ_BATCH};
 use crate::device::model::{Model, Plan, PlaneConfig};
 use crate::device::pipeline::{Ctx, DataPlane, InboundBatch, Io};
 use anyhow::{bail, Result};
@@ -484,7 +484,7 @@ fn round<T>(
 
 /// Seals `o.packets` packets, round robin over the peers; each dispatcher reads for the
 /// peers of its queue (copying each packet into a buffer of its thread's, as a read from TUN
-/// does).
+/// does), as many per turn as the device's reader takes.
 fn seal_round(
     plane: &Arc<DataPlane<MemIo>>,
     o: &Options,
@@ -498,11 +498,18 @@ fn seal_round(
         let total = (0..o.packets).filter(|k| queue_of[k % o.peers] == d).count();
         (own, total)
     };
+    // As many packets per read turn as the device's reading threads take: a queue thread's
+    // turn (inline, auto) or the pool's read stage.
+    let per_turn = if plane.plan.model.has_queues() {
+        READ_BATCH
+    } else {
+        BATCH
+    };
     let work = |_: usize, ctx: &Ctx, (own, total): (Vec<usize>, usize)| {
         let mut made = 0;
-        let mut batch: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
+        let mut batch: Vec<Vec<u8>> = Vec::with_capacity(per_turn);
         while made < total {
-            for _ in 0..BATCH.min(total - made) {
+            for _ in 0..per_turn.min(total - made) {
                 let t = &templates[own[made % own.len()]];
                 let mut b = crate::device::buffers::take(DATA_HEADER_LEN + t.len() + 32);
                 b.resize(DATA_HEADER_LEN, 0);

@@ -184,6 +184,11 @@ pub fn queue_loop(device: Arc<Device>, queue: usize) {
     let mut packets: Vec<Vec<u8>> = Vec::with_capacity(batch::BATCH);
     let mut receivers = [batch::Receiver::new(MAX_PACKET), batch::Receiver::new(MAX_PACKET)];
     let mut datagrams: Vec<Datagram> = Vec::with_capacity(batch::BATCH);
+    // Whether the last turn found work: then the next poll only looks (timeout 0, which the
+    // kernel serves without putting the thread on the descriptors' wait queues) instead of
+    // waiting. A busy queue thread so pays no wait-queue registration per turn, and packets
+    // that arrive while it works wake nobody.
+    let mut busy = false;
     while !device.stopped() {
         // Fetched each round: a new listen port replaces the sockets under us.
         let group = plane.io.sockets();
@@ -200,7 +205,8 @@ pub fn queue_loop(device: Arc<Device>, queue: usize) {
             })
             .collect();
         // SAFETY: a live array of pollfds of the length passed.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000) };
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, if busy { 0 } else { 1000 }) };
+        busy = false;
         if rc <= 0 {
             continue;
         }
@@ -215,18 +221,26 @@ pub fn queue_loop(device: Arc<Device>, queue: usize) {
             for d in &mut datagrams {
                 d.src = canonical(d.src);
             }
-            if (!datagrams.is_empty() || truncated > 0) && !plane.dispatch_inbound(&mut datagrams, truncated, &ctx) {
-                return;
+            if !datagrams.is_empty() || truncated > 0 {
+                busy = true;
+                if !plane.dispatch_inbound(&mut datagrams, truncated, &ctx) {
+                    return;
+                }
             }
         }
         if fds[socks.len()].revents != 0 {
             packets.clear();
-            if let Err(e) = tun.read_batch_waiting(&mut scratch, &mut packets, batch::BATCH, DATA_HEADER_LEN, false) {
+            if let Err(e) =
+                tun.read_batch_waiting(&mut scratch, &mut packets, batch::READ_BATCH, DATA_HEADER_LEN, false)
+            {
                 device.shutdown(&format!("TUN device {} is gone ({e})", tun.name()));
                 return;
             }
-            if !packets.is_empty() && !plane.dispatch_outbound(&mut packets, &ctx) {
-                return;
+            if !packets.is_empty() {
+                busy = true;
+                if !plane.dispatch_outbound(&mut packets, &ctx) {
+                    return;
+                }
             }
         }
     }
