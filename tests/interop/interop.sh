@@ -502,6 +502,77 @@ t_busy_core() {
     ((new >= 20 && old == 0)) || fail "datagrams not steered to the new queue (new $new, old $old)"
 }
 
+# A starved queue with no queue that has room: both CPUs kept busy by other processes, and
+# more traffic than the queue thread's share of its CPU carries (a UDP flood from a sender
+# favoured over everything else, as 1,000 clients' load generator was). The placement cannot
+# move the peer anywhere better, so the queue's thread is released from its CPU to those of
+# its node (device/affinity.rs), as `ordo show` and the thread's affinity say; once the load
+# is gone it is pinned again after the hold (10 s), on trial, and stays pinned.
+t_starved_queues() {
+    [[ $(nproc) -ge 2 ]] || { log "    (needs 2 CPUs: skipped)"; return 0; }
+    ORDO_MODEL=inline ORDO_CORES=0-1 tunnel ordo "$1"
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    local pid
+    pid=$(pgrep -o -f "ordo.* $IF_A" || true)
+    [[ -n $pid ]] || fail "no daemon process for $IF_A"
+    # queues: per queue "Q CPU RELEASED RELEASES TID", from ordo show; allowed TID: the
+    # thread's CPUs as the kernel has them.
+    queues() { ordo_show | python3 -c '
+import json, sys
+c = json.load(sys.stdin)[0]["counters"]
+for q in range(c["queues"]):
+    k = next(k for k in c if k.startswith("queue%d_cpu" % q))
+    pre = k[: k.index("_", len("queue%d_" % q)) + 1]
+    tid = next(k.split("_")[2] for k in c if k.startswith("thread_queue%d_" % q))
+    print(q, pre[len("queue%d_cpu" % q):-1], c[pre + "released"], c[pre + "releases"], tid)'; }
+    allowed() { awk '/^Cpus_allowed_list/ {print $2}' "/proc/$pid/task/$1/status"; }
+    local q cpu rel n tid
+    while read -r q cpu rel n tid; do
+        [[ $rel == 0 && $n == 0 && $(allowed "$tid") == "$cpu" ]] || fail "queue $q starts as: released $rel, releases $n, CPUs $(allowed "$tid") (pinned to $cpu expected)"
+    done < <(queues)
+    # On each CPU a real-time task busy 5 ms of every 10 (no CPU idle, and while it runs no
+    # ordinary thread does: a queue thread with work waits about half the time), bounded to
+    # 60 s. In A's namespace, so that teardown ends them whatever happens.
+    local hogs=() c
+    for c in 0 1; do
+        ip netns exec "$NS_A" taskset -c "$c" chrt -f 1 python3 -c '
+import time
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    t = time.monotonic() + 0.005
+    while time.monotonic() < t:
+        pass
+    time.sleep(0.005)' &
+        hogs+=($!)
+    done
+    ip netns exec "$NS_B" iperf3 -s -1 -p 5203 >/dev/null 2>&1 &
+    for _ in $(seq 50); do ip netns exec "$NS_B" ss -lun | grep ':5203 ' >/dev/null && break; sleep 0.1; done
+    # More than the queue thread's half of a CPU carries: its TUN queue never runs dry.
+    ip netns exec "$NS_A" iperf3 -c "$IN_B" -p 5203 -u -b 2G -l 1392 -t 40 >/dev/null 2>&1 &
+    local client=$! released="" _i
+    for _i in $(seq 60); do
+        released=$(queues | awk '$3 == 1 {print; exit}')
+        [[ -n $released ]] && break
+        sleep 0.5
+    done
+    [[ -n $released ]] || fail "no queue released while both CPUs were busy: $(queues | tr '\n' ';')"
+    read -r q cpu rel n tid <<<"$released"
+    [[ $n == 1 && $(allowed "$tid") == 0-1 ]] || fail "queue $q released ($n releases), but its thread may run on $(allowed "$tid")"
+    log "    queue $q (CPU $cpu) released after about $((_i / 2)) s: its thread may run on 0-1"
+    kill "${hogs[@]}" "$client" 2>/dev/null || true
+    # Pinned again once the hold is over; nothing starved since, so no second release.
+    local pinned=""
+    for _i in $(seq 40); do
+        pinned=$(queues | awk -v q="$q" '$1 == q && $3 == 0 {print}')
+        [[ -n $pinned ]] && break
+        sleep 0.5
+    done
+    [[ -n $pinned ]] || fail "queue $q not pinned again after the load ended: $(queues | tr '\n' ';')"
+    read -r q cpu rel n tid <<<"$pinned"
+    [[ $n == 1 && $(allowed "$tid") == "$cpu" ]] || fail "queue $q pinned again after $n releases, its thread on $(allowed "$tid") (expected $cpu)"
+    ping_ok "$NS_A" "$IN_B" || fail "ping after the release and the trial"
+}
+
 # The auto model: a peer starts inline; under a heavy flow, with another core free, its
 # crypto moves to the pool (shown in `ordo show`), and back once the flow stops and the
 # hysteresis delay has passed.
@@ -555,6 +626,7 @@ run_test "uso[wireguard-go]" t_uso wireguard-go
 run_test "inline_steering[wireguard-go]" t_inline_steering wireguard-go
 run_test "auto_regime[wireguard-go]" t_auto_regime wireguard-go
 run_test "busy_core[wireguard-go]" t_busy_core wireguard-go
+run_test "starved_queues[wireguard-go]" t_starved_queues wireguard-go
 run_test "cookie[wireguard-go]" t_cookie wireguard-go
 run_test "bad_input" t_bad_input
 run_test "os_drops" t_os_drops

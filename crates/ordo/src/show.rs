@@ -39,13 +39,20 @@ pub struct Placement {
     pub millicores: u64,
 }
 
-/// Parses `KEY,queue=Q,cpu=C,node=N,regime=R,pps=P,millicores=M`.
+/// Parses `KEY,queue=Q,cpu=C,node=N,regime=R,pps=P,millicores=M`. C is a CPU list, which
+/// may hold commas itself ("0,2-3").
 fn parse_placement(v: &str) -> Option<(String, Placement)> {
     let mut parts = v.split(',');
     let key = parts.next()?.to_string();
     let mut p = Placement::default();
     for kv in parts {
-        let (k, v) = kv.split_once('=')?;
+        let Some((k, v)) = kv.split_once('=') else {
+            if p.cpu.is_empty() {
+                return None;
+            }
+            p.cpu = format!("{},{kv}", p.cpu);
+            continue;
+        };
         let n = || v.parse::<u64>().unwrap_or(0);
         match k {
             "queue" => p.queue = n(),
@@ -270,5 +277,19 @@ mod tests {
             "{r}"
         );
         assert!(r.contains("transfer: 2.00 KiB received, 1 B sent"), "{r}");
+    }
+
+    #[test]
+    fn a_placement_on_a_list_of_cpus_parses_whole() {
+        let (key, p) = parse_placement("ab,queue=0,cpu=0,2-3,node=1,regime=pool,pps=7,millicores=9").unwrap();
+        assert_eq!(key, "ab");
+        assert_eq!(
+            (p.cpu.as_str(), p.node, p.regime.as_str(), p.pps),
+            ("0,2-3", 1, "pool", 7)
+        );
+        assert!(
+            parse_placement("ab,2,queue=0").is_none(),
+            "a bare value with nothing before it"
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! thread runs the timers and the placement. The protocol core sits behind one lock that is
 //! taken once per batch and never held during crypto.
 
+pub mod affinity;
 pub mod batch;
 pub mod buffers;
 pub mod cpuload;

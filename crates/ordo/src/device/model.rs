@@ -278,6 +278,15 @@ impl Plan {
         })
     }
 
+    /// Where queue `q`'s thread may run while released (affinity.rs): the I/O CPUs of its
+    /// CPU's node, so that a peer's stages stay on one node.
+    pub fn released_cpus(&self, q: usize) -> Cpus {
+        let node = self.topology.node_of(self.queues[q]);
+        (self.topology.split(&self.io_cpus).into_iter())
+            .find(|(n, _)| *n == node)
+            .map_or_else(|| vec![self.queues[q]], |(_, c)| c)
+    }
+
     /// Crypto workers in all pools.
     pub fn workers(&self) -> usize {
         self.pools.iter().map(|(_, w)| w.len()).sum()
@@ -349,6 +358,9 @@ mod tests {
         let p = Plan::resolve(&config, &[0, 1]).unwrap();
         assert_eq!(p.queues, vec![0, 1]);
         assert!(p.pools.is_empty());
+        // Released under contention, a queue's thread stays on its node (0,2 and 1,3).
+        let p = Plan::resolve(&config, &[0, 1, 2, 3]).unwrap();
+        assert_eq!((p.released_cpus(0), p.released_cpus(3)), (vec![0, 2], vec![1, 3]));
     }
 
     #[test]

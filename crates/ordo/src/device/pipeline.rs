@@ -14,6 +14,7 @@
 //! batch, for lookups before the crypto and for the in-order bookkeeping after it (replay
 //! window, timers, roaming), never during the crypto.
 
+use super::affinity;
 use super::batch::Datagram;
 use super::cpuload;
 use super::lane::{Finish, Lane};
@@ -84,6 +85,8 @@ pub struct DataPlane<I: Io> {
     /// The last reading of the CPUs' load and when it was taken, and how each queue's CPU
     /// fared up to the last placement, for the placement and for `ordo show`.
     cpu_load: Mutex<(cpuload::Sample, Instant, Vec<QueueSeen>)>,
+    /// Each queue thread's affinity: pinned, or released under contention (affinity.rs).
+    affinity: Mutex<Vec<affinity::QueueAffinity>>,
     pub stats: Stats,
     pub counters: IoCounters,
     pub io: I,
@@ -100,6 +103,7 @@ impl<I: Io> DataPlane<I> {
         if plan.model.has_queues() {
             core.set_queues(plan.queues.len() as u32);
         }
+        let queues = plan.queues.len();
         Arc::new(DataPlane {
             core: Mutex::new(core),
             peers: Mutex::new(HashMap::new()),
@@ -108,6 +112,7 @@ impl<I: Io> DataPlane<I> {
             next_pool: AtomicUsize::new(0),
             last_rebalance: Mutex::new(Instant::now()),
             cpu_load: Mutex::new((cpuload::Sample::default(), Instant::now(), Vec::new())),
+            affinity: Mutex::new(vec![affinity::QueueAffinity::default(); queues]),
             stats: Stats::default(),
             counters: IoCounters::default(),
             io,
@@ -263,7 +268,21 @@ impl<I: Io> DataPlane<I> {
                 }
             })
             .collect();
-        for m in peers::decide(self.plan.model, &seen, &queues, self.plan.pools.len()) {
+        let moves = peers::decide(self.plan.model, &seen, &queues, self.plan.pools.len());
+        let place_threads = self.plan.model.has_queues() && !self.plan.fixed_placement;
+        if place_threads {
+            let mut affinity = self.affinity.lock().unwrap_or_else(|p| p.into_inner());
+            for m in &moves {
+                if let peers::Move::Queue(id, _) = m {
+                    let from = seen.iter().find(|p| p.id == *id).map_or(0, |p| p.queue as usize);
+                    let n = affinity.len().max(1);
+                    if let Some(a) = affinity.get_mut(from % n) {
+                        a.gave_peer(now);
+                    }
+                }
+            }
+        }
+        for m in moves {
             let id = match &m {
                 peers::Move::Spread(id, _) => *id,
                 peers::Move::Queue(..) | peers::Move::Pool(..) if self.plan.fixed_placement => continue,
@@ -288,6 +307,10 @@ impl<I: Io> DataPlane<I> {
         let transmits = drain(&mut core);
         drop(core);
         self.io.steer_exceptions(&exceptions);
+        // After the core's lock: this reads the thread list, makes system calls and may log.
+        if place_threads {
+            self.place_queue_threads(&queues, now);
+        }
         transmits
     }
 }
@@ -326,6 +349,51 @@ impl<I: Io> DataPlane<I> {
         };
         *last = (now, at, seen);
         lasting
+    }
+
+    /// Releases the queue threads that wait for their CPU with no room elsewhere, and pins
+    /// them again on trial (affinity.rs).
+    fn place_queue_threads(&self, queues: &[QueueSeen], now: Instant) {
+        let changes = affinity::update(
+            &mut self.affinity.lock().unwrap_or_else(|p| p.into_inner()),
+            queues,
+            now,
+        );
+        if changes.is_empty() {
+            return;
+        }
+        let threads = self.stats.threads();
+        for (q, release) in changes {
+            let name = format!("queue{q}");
+            let Some(t) = threads.iter().find(|t| t.name == name) else {
+                continue;
+            };
+            let cpus = if release {
+                self.plan.released_cpus(q)
+            } else {
+                vec![self.plan.queues[q]]
+            };
+            if release {
+                let w = queues[q].wait;
+                eprintln!(
+                    "ordo: queue {q} waited {:.0}% of the time for CPU {} and no queue has room: released to CPUs {}",
+                    w * 100.0,
+                    self.plan.queues[q],
+                    topology::format_cpu_list(&cpus)
+                );
+            }
+            if let Err(e) = topology::pin_thread(t.tid, &cpus) {
+                eprintln!(
+                    "ordo: cannot set queue {q}'s CPUs to {}: {e}",
+                    topology::format_cpu_list(&cpus)
+                );
+            }
+        }
+    }
+
+    /// Each queue's affinity state (one entry per queue).
+    pub fn queue_affinity(&self) -> Vec<affinity::QueueAffinity> {
+        self.affinity.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// How each queue's CPU and thread fared in the last interval (empty before it).

@@ -124,31 +124,43 @@ impl Topology {
 
 /// The CPUs the calling thread may run on (at start-up: those of the process).
 pub fn allowed_cpus() -> Cpus {
+    thread_cpus(0).unwrap_or_else(|_| {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (0..n).collect()
+    })
+}
+
+/// The CPUs thread `tid` of this process may run on (0: the calling thread).
+pub fn thread_cpus(tid: i32) -> io::Result<Cpus> {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; pid 0 is the calling thread.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    // SAFETY: as above.
+    let rc = unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
-        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        return (0..n).collect();
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: CPU_ISSET reads the set we own, within CPU_SETSIZE.
-    (0..libc::CPU_SETSIZE as usize)
+    Ok((0..libc::CPU_SETSIZE as usize)
         .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect()
+        .collect())
 }
 
 /// Pins the calling thread to `cpus`. Failure (a CPU outside the cgroup, say) is reported
 /// and the thread runs where the OS puts it.
 pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
+    pin_thread(0, cpus)
+}
+
+/// Pins thread `tid` of this process (0: the calling thread) to `cpus`.
+pub fn pin_thread(tid: i32, cpus: &[usize]) -> io::Result<()> {
     // SAFETY: cpu_set_t is plain data.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
         // SAFETY: c is below CPU_SETSIZE; the set is ours.
         unsafe { libc::CPU_SET(c, &mut set) };
     }
-    // SAFETY: a valid set of its own size; pid 0 is the calling thread.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    // SAFETY: a valid set of its own size; the kernel checks that `tid` exists.
+    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -215,5 +227,27 @@ pub(crate) mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn another_thread_is_pinned_and_released_by_its_id() {
+        let all = allowed_cpus();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            done_rx.recv().unwrap();
+            allowed_cpus()
+        });
+        let tid = rx.recv().unwrap();
+        pin_thread(tid, &all[..1]).unwrap();
+        assert_eq!(thread_cpus(tid).unwrap(), all[..1].to_vec());
+        pin_thread(tid, &all).unwrap();
+        assert_eq!(thread_cpus(tid).unwrap(), all);
+        pin_thread(tid, &all[..1]).unwrap();
+        done_tx.send(()).unwrap();
+        assert_eq!(t.join().unwrap(), all[..1].to_vec(), "the thread itself sees the set");
+        assert!(pin_thread(-5, &all).is_err(), "no such thread");
     }
 }

@@ -227,6 +227,13 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
             c.push((format!("queue{q}_cpu{cpu}_idle_permille"), milli(seen.idle)));
             c.push((format!("queue{q}_cpu{cpu}_thread_wait_permille"), milli(seen.wait)));
         }
+        // Whether each queue's thread is released from its CPU under contention, and how
+        // often it was (device/affinity.rs).
+        for (q, a) in device.plane.queue_affinity().iter().enumerate() {
+            let cpu = plan.queues[q];
+            c.push((format!("queue{q}_cpu{cpu}_released"), a.is_released() as u64));
+            c.push((format!("queue{q}_cpu{cpu}_releases"), a.releases));
+        }
     }
     let sockets = &device.sockets()[0];
     c.push(("udp_gso".to_string(), sockets.gso.load(Ordering::Relaxed) as u64));
@@ -243,6 +250,7 @@ pub fn placement_lines(device: &Device) -> String {
     use std::fmt::Write;
     let plan = &device.plane.plan;
     let planes = device.plane.peer_planes();
+    let affinity = device.plane.queue_affinity();
     let core = device.core();
     let mut s = format!("ordo_model={}\n", plan.model);
     for (id, p) in core.peers() {
@@ -254,7 +262,13 @@ pub fn placement_lines(device: &Device) -> String {
         let load = plane.map(|x| x.load()).unwrap_or_default();
         let (queue, cpu) = if plan.model.has_queues() {
             let q = p.queue as usize % plan.queues.len();
-            (q, plan.queues[q].to_string())
+            let released = affinity.get(q).is_some_and(|a| a.is_released());
+            let cpus = if released {
+                plan.released_cpus(q)
+            } else {
+                vec![plan.queues[q]]
+            };
+            (q, crate::device::topology::format_cpu_list(&cpus))
         } else {
             (0, crate::device::topology::format_cpu_list(&plan.io_cpus))
         };
