@@ -80,7 +80,10 @@ lane_figures() {
 import json, sys
 s = json.load(sys.stdin)[0]
 c = s['counters']
-print('lane', s['model'], '$2', c['stage_$2_packets'], c['stage_$2_wakeups'], c['stage_$2_wasted_wakeups'])"
+print('lane', s['model'], '$2', c['stage_$2_packets'], c['stage_$2_wakeups'], c['stage_$2_wasted_wakeups'])
+# Queue threads released from their CPUs (device/affinity.rs): in a point-to-point run the
+# other core is busy too, so a starved queue would be released, and pinned runs faster.
+print('releases', s['model'], sum(v for k, v in c.items() if k.startswith('queue') and k.endswith('_releases')))"
     done
 }
 
@@ -120,9 +123,12 @@ fi
 
 python3 - "$results" "$DURATION" "$RUNS" <<'PY'
 import sys, statistics, datetime, platform, os
-rows, lanes = {}, {}
+rows, lanes, releases = {}, {}, {}
 for line in open(sys.argv[1]):
     f = line.split()
+    if f[0] == "releases":
+        releases[f[1]] = releases.get(f[1], 0) + int(f[2])
+        continue
     if f[0] == "lane":
         lanes.setdefault((f[1], f[2]), []).append(tuple(map(int, f[3:6])))
         continue
@@ -152,4 +158,8 @@ if lanes:
     for (model, stage), v in lanes.items():
         p, w, x = (sum(r[i] for r in v) for i in range(3))
         print(f"| {model} | {stage} | {p} | {w} | {p / max(w, 1):.1f} | {x} ({100 * x / max(w, 1):.2f}%) |")
+if any(m in releases for m in ("inline", "auto")):
+    print()
+    print("Queue threads released from their CPUs (both ends, summed over the runs): "
+          + ", ".join(f"{m} {n}" for m, n in releases.items() if m in ("inline", "auto")))
 PY

@@ -21,10 +21,13 @@ use std::str::FromStr;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Model {
-    #[default]
     Pool,
     Inline,
     Threaded,
+    /// The default: inline, and the pool for a peer one core cannot carry. With queue threads
+    /// released under contention it carried as much as pool from 1,000 clients uploading and
+    /// more in every other case measured, on less CPU (BENCHMARKS.md, session 8).
+    #[default]
     Auto,
 }
 
@@ -307,6 +310,7 @@ mod tests {
 
     #[test]
     fn models_parse_by_name() {
+        assert_eq!(Model::default(), Model::Auto, "Ordo chooses per peer unless told");
         assert_eq!("Inline".parse::<Model>().unwrap(), Model::Inline);
         assert!("fast".parse::<Model>().unwrap_err().contains("pool, inline"));
     }
@@ -314,6 +318,7 @@ mod tests {
     #[test]
     fn pool_workers_are_grouped_by_node() {
         let config = PlaneConfig {
+            model: Model::Pool,
             topology: Some(two_nodes()),
             ..Default::default()
         };
