@@ -203,11 +203,14 @@ pub fn render(s: &InterfaceShow) -> String {
             let _ = writeln!(o, "  persistent keepalive: every {} seconds", p.persistent_keepalive);
         }
         if let Some(pl) = &p.placement {
+            // A list: the pool models' I/O CPUs, or a queue released under contention.
+            let list = pl.cpu.contains([',', '-']);
             let _ = writeln!(
                 o,
-                "  placement: {}, queue {} on CPU {}, node {}, {} packets/s, {:.2} cores",
+                "  placement: {}, queue {} on CPU{} {}, node {}, {} packets/s, {:.2} cores",
                 pl.regime,
                 pl.queue,
+                if list { "s" } else { "" },
                 pl.cpu,
                 pl.node,
                 pl.pps,
@@ -277,6 +280,10 @@ mod tests {
             "{r}"
         );
         assert!(r.contains("transfer: 2.00 KiB received, 1 B sent"), "{r}");
+        // A queue released under contention runs on a list of CPUs.
+        let (_, placement) = parse_placement("00,queue=1,cpu=0-1,node=0,regime=inline,pps=1,millicores=0").unwrap();
+        s.peers[0].placement = Some(placement);
+        assert!(render(&s).contains("queue 1 on CPUs 0-1, node 0"), "{}", render(&s));
     }
 
     #[test]
