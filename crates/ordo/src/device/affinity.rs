@@ -3,11 +3,12 @@
 //!
 //! Pinned is what a queue is for: its peers' packets stay on one core, and a flow through
 //! two tunnel ends on one machine ran 3.04 Gbit/s pinned against 2.76 unpinned (four
-//! alternated pairs, session 8). But a pinned thread cannot take a CPU that another one
-//! left idle. With 1,000 clients' load generator on the same two cores, both queue threads
-//! waited 36%–66% of the time for their own CPU; the placement (peers.rs) had nowhere to move
-//! a peer, since every queue's CPU was as busy; the sockets overflowed (5% loss, 0.41–0.44
-//! Gbit/s). Released, the same run carried 0.57–0.59 Gbit/s with 0–1.2% loss.
+//! alternated pairs). But a pinned thread cannot take a CPU that another one left idle.
+//! With 1,000 clients' load generator on the same two cores, both queue threads waited
+//! 36%–66% of the time for their own CPU; the placement (peers.rs) had nowhere to move a
+//! peer, since every queue's CPU was as busy; the sockets overflowed (auto, uploading: 0.40
+//! Gbit/s, 1.5–2% loss). Released, the same run carried 0.52–0.55 Gbit/s with 0–0.1% loss
+//! (BENCHMARKS.md, 2026-11-23).
 //!
 //! So a pinned queue whose thread is starved (waits more than [`STARVED`] of the time for its
 //! CPU) while no other queue's CPU has room for its peers, and the placement is not moving a
