@@ -1,9 +1,10 @@
 //! Where a queue's thread may run (inline, auto): pinned to its CPU, or released to the I/O
 //! CPUs of its node while the machine is contended.
 //!
-//! Pinned is what a queue is for: its peers' packets stay on one core, and a flow through
-//! two tunnel ends on one machine ran 3.04 Gbit/s pinned against 2.76 unpinned (four
-//! alternated pairs). But a pinned thread cannot take a CPU that another one left idle.
+//! Pinned is what a queue is for: its peers' packets stay on one core (an earlier try at this
+//! work saw one flow through two tunnel ends at 3.04 Gbit/s pinned against 2.76 unpinned;
+//! no project command reproduces that comparison). But a pinned thread cannot take a CPU
+//! that another one left idle.
 //! With 1,000 clients' load generator on the same two cores, both queue threads waited
 //! 36%–66% of the time for their own CPU; the placement (peers.rs) had nowhere to move a
 //! peer, since every queue's CPU was as busy; the sockets overflowed (auto, uploading: 0.40
@@ -12,11 +13,12 @@
 //!
 //! So a pinned queue whose thread is starved (waits more than [`STARVED`] of the time for its
 //! CPU) while no other queue's CPU has room for its peers, and the placement is not moving a
-//! peer off it (two tunnel ends crowding one core: the move is the cure), is released. After [`HOLD`] it is
-//! pinned again, on trial: contention that lasts starves it again within a few intervals, and
-//! then the next release holds twice as long (up to [`HOLD_MAX`]), so that a machine that
-//! stays contended pays for a trial rarely. A queue that stays pinned past [`TRIAL`] starts
-//! over from [`HOLD`]. Sans-IO: the caller reads the figures and sets the affinity.
+//! peer off it (two tunnel ends crowding one core: the move is the cure), is released. After
+//! [`HOLD`] it is pinned again, on trial: contention that lasts starves it again within a few
+//! intervals, and then the next release holds twice as long (up to [`HOLD_MAX`]), so that a
+//! machine that stays contended pays for a trial rarely. A queue that stays pinned past
+//! [`TRIAL`] starts over from [`HOLD`]. Sans-IO: the caller reads the figures and sets the
+//! affinity.
 
 use super::peers::{QueueSeen, IMBALANCE, QUEUE_DWELL, STARVED};
 use std::time::{Duration, Instant};

@@ -327,8 +327,7 @@ impl<I: Io> DataPlane<I> {
         let f = cpuload::figures(&last.0, &now, at.saturating_duration_since(last.1));
         let seen: Vec<QueueSeen> = (self.plan.queues.iter().enumerate())
             .map(|(q, cpu)| {
-                let name = format!("queue{q}");
-                let tid = threads.iter().find(|t| t.name == name).map(|t| t.tid);
+                let tid = queue_thread(&threads, q);
                 QueueSeen {
                     other: f.other.get(cpu).copied().unwrap_or(0.0),
                     idle: f.idle.get(cpu).copied().unwrap_or(0.0),
@@ -364,8 +363,7 @@ impl<I: Io> DataPlane<I> {
         }
         let threads = self.stats.threads();
         for (q, release) in changes {
-            let name = format!("queue{q}");
-            let Some(t) = threads.iter().find(|t| t.name == name) else {
+            let Some(tid) = queue_thread(&threads, q) else {
                 continue;
             };
             let cpus = if release {
@@ -382,7 +380,7 @@ impl<I: Io> DataPlane<I> {
                     topology::format_cpu_list(&cpus)
                 );
             }
-            if let Err(e) = topology::pin_thread(t.tid, &cpus) {
+            if let Err(e) = topology::pin_thread(tid, &cpus) {
                 eprintln!(
                     "ordo: cannot set queue {q}'s CPUs to {}: {e}",
                     topology::format_cpu_list(&cpus)
@@ -903,4 +901,10 @@ impl<I: Io> DataPlane<I> {
             |plane, batches, ctx| plane.seal(batches, ctx),
         )
     }
+}
+
+/// The OS thread id of queue `q`'s thread (registered as `queue{q}`, kernel.rs).
+fn queue_thread(threads: &[Arc<ThreadStats>], q: usize) -> Option<i32> {
+    let name = format!("queue{q}");
+    threads.iter().find(|t| t.name == name).map(|t| t.tid)
 }
