@@ -16,6 +16,7 @@
 use crate::device::batch::{Datagram, BATCH, READ_BATCH};
 use crate::device::model::{Model, Plan, PlaneConfig};
 use crate::device::pipeline::{Ctx, DataPlane, InboundBatch, Io};
+use crate::device::topology::Cpus;
 use anyhow::{bail, Result};
 use ordo_proto::messages::DATA_HEADER_LEN;
 use ordo_proto::{Interface, PrivateKey, Sent, SEND_HEADROOM};
@@ -51,6 +52,7 @@ impl Io for MemIo {
     }
 }
 
+#[derive(Clone)]
 pub struct Options {
     pub model: Model,
     /// The machine's topology; None: read from /sys (tests inject a fake one).
@@ -95,9 +97,13 @@ pub struct Report {
     pub model: &'static str,
     pub peers: usize,
     pub size: usize,
+    /// The CPUs the data plane was given.
+    pub cpus: String,
     pub workers: usize,
     /// Threads that dispatch (one per queue in inline and auto).
     pub dispatchers: usize,
+    /// Threads that do crypto: workers, or the queues that carry peers in inline.
+    pub crypto_threads: usize,
     pub phases: Vec<Phase>,
     /// The data plane's own stage counters over both phases (see `ordo show`).
     pub stages: std::collections::BTreeMap<String, u64>,
@@ -105,6 +111,23 @@ pub struct Report {
     pub threads: std::collections::BTreeMap<String, u64>,
     /// Each crypto worker's name and the CPUs it was allowed to run on.
     pub worker_cpus: Vec<(String, String)>,
+}
+
+/// Data planes of one model with different thread counts, measured in one run (`compare`).
+#[derive(Serialize)]
+pub struct Comparison {
+    pub planes: Vec<Report>,
+    /// One per plane, the first included (1.0).
+    pub scaling: Vec<Scaling>,
+}
+
+/// A plane's Gbit/s over the first plane's, per round (the two measured a moment apart),
+/// then the median over the rounds.
+#[derive(Serialize)]
+pub struct Scaling {
+    pub crypto_threads: usize,
+    pub seal_vs_first: f64,
+    pub open_vs_first: f64,
 }
 
 fn client_ip(i: usize) -> [u8; 4] {
@@ -191,7 +214,34 @@ fn aead_loop(size: usize, open: bool, count: usize, ready: &Barrier) -> Duration
     start.elapsed()
 }
 
-pub fn run(o: &Options) -> Result<Report> {
+/// One data plane under test with its peers' cores: set up once (real handshakes, in
+/// memory), then timed round by round. Several can live side by side, so that `compare`
+/// interleaves their rounds.
+struct Bench {
+    o: Options,
+    plane: Arc<DataPlane<MemIo>>,
+    clients: Vec<(Interface, SocketAddr)>,
+    /// Each peer's queue: the dispatcher that carries it (the kernel's steering).
+    queue_of: Vec<usize>,
+    /// Where each dispatcher runs: where the device pins its queue's thread (inline, auto),
+    /// or the I/O CPUs, where the pool models' receive and read threads run.
+    dispatcher_cpus: Vec<Cpus>,
+    dispatchers: usize,
+    crypto_threads: usize,
+    /// The CPUs the crypto threads run on, for the ceilings.
+    ceiling_cpus: Vec<usize>,
+    /// The CPUs the plane may use.
+    cpus: Vec<usize>,
+    /// Inner packets to each peer (seal), and from each peer (open, sealed by its core).
+    templates: Vec<Vec<u8>>,
+    per_peer: Vec<Vec<u8>>,
+    t0: Instant,
+    wall: SystemTime,
+    seal_rounds: Vec<Phase>,
+    open_rounds: Vec<Phase>,
+}
+
+fn check(o: &Options) -> Result<()> {
     if o.peers == 0
         || o.peers > 65_000
         || !(28..=65_000).contains(&o.size)
@@ -200,110 +250,152 @@ pub fn run(o: &Options) -> Result<Report> {
     {
         bail!("bench: --peers must be 1..65000, --size 28..65000 bytes, --packets at least 1, --rounds 1..100");
     }
-    let t0 = Instant::now();
-    let wall = SystemTime::now();
-    let mut rng = ChaCha20Rng::seed_from_u64(1);
-    let server_key = PrivateKey::generate(&mut rng);
-    let mut core = Interface::new(t0);
-    core.set_mtu(o.size.max(576));
-    core.set_private_key(Some(server_key.clone()));
-    let config = PlaneConfig {
-        model: o.model,
-        workers: o.workers,
-        topology: o.topology.clone(),
-        ..Default::default()
-    };
-    let plan = Plan::new(&config).map_err(anyhow::Error::msg)?;
-    let dispatchers = if o.model.has_queues() { plan.queues.len() } else { 1 };
-    let mut crypto_threads = match o.model {
-        // Dispatchers without a peer do nothing.
-        Model::Inline => dispatchers.min(o.peers),
-        Model::Auto => dispatchers.min(o.peers).max(plan.workers()),
-        Model::Pool | Model::Threaded => plan.workers(),
-    }
-    .min(plan.cpus.len());
-    // The CPUs the crypto threads run on, for the all-threads ceiling; and the queues' CPUs,
-    // where the device pins its queue threads (the dispatchers here stand in for them).
-    let mut ceiling_cpus: Vec<usize> = plan.cpus.iter().copied().take(crypto_threads).collect();
-    let queue_cpus = if o.model.has_queues() {
-        plan.queues.clone()
-    } else {
-        Vec::new()
-    };
-    let plane = DataPlane::new(core, MemIo::default(), plan);
-    plane.start();
+    Ok(())
+}
 
-    // Real handshakes, in memory: each client initiates and confirms its session.
-    let server_pub = server_key.public_key();
-    let mut clients = Vec::with_capacity(o.peers);
-    let mut queue_of = Vec::with_capacity(o.peers);
-    for i in 0..o.peers {
-        let mut c = Interface::new(t0);
-        c.set_mtu(o.size.max(576));
-        let key = PrivateKey::generate(&mut rng);
-        let client_pub = key.public_key();
-        c.set_private_key(Some(key));
-        let s = c.add_peer(server_pub).expect("distinct keys");
-        let server_addr: SocketAddr = "192.0.2.1:51820".parse().unwrap();
-        let client_addr = SocketAddr::new(std::net::Ipv4Addr::new(198, 18, (i >> 8) as u8, i as u8).into(), 51820);
-        c.set_endpoint(s, server_addr);
-        c.add_allowed_ip(s, "0.0.0.0/0".parse().unwrap());
-        {
-            let mut core = plane.core();
-            let p = core.add_peer(client_pub).expect("distinct keys");
-            core.add_allowed_ip(p, ipnet::IpNet::from(std::net::IpAddr::from(client_ip(i))));
-            // The dispatcher that carries this peer: its queue's (the kernel's steering).
-            queue_of.push(core.peer(p).map_or(0, |x| x.queue as usize) % dispatchers);
+impl Bench {
+    /// A data plane of `o.model` on `cpus` (None: every CPU the process may use), with
+    /// `o.peers` peers whose handshakes have completed.
+    fn new(o: Options, cpus: Option<Cpus>) -> Result<Self> {
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        let mut rng = ChaCha20Rng::seed_from_u64(1);
+        let server_key = PrivateKey::generate(&mut rng);
+        let mut core = Interface::new(t0);
+        core.set_mtu(o.size.max(576));
+        core.set_private_key(Some(server_key.clone()));
+        let config = PlaneConfig {
+            model: o.model,
+            workers: o.workers,
+            cpus,
+            topology: o.topology.clone(),
+            ..Default::default()
+        };
+        let plan = Plan::new(&config).map_err(anyhow::Error::msg)?;
+        let dispatchers = if o.model.has_queues() { plan.queues.len() } else { 1 };
+        let mut crypto_threads = match o.model {
+            // Dispatchers without a peer do nothing.
+            Model::Inline => dispatchers.min(o.peers),
+            Model::Auto => dispatchers.min(o.peers).max(plan.workers()),
+            Model::Pool | Model::Threaded => plan.workers(),
         }
-        let first = packet(client_ip(i), SERVER_IP, 64);
-        let mut out = vec![0u8; first.len() + SEND_HEADROOM];
-        c.send(t0, wall, &first, &mut out);
-        for _ in 0..3 {
-            while let Some(mut t) = c.poll_transmit() {
+        .min(plan.cpus.len());
+        let mut ceiling_cpus: Vec<usize> = plan.cpus.iter().copied().take(crypto_threads).collect();
+        let cpus = plan.cpus.clone();
+        let queue_cpus = if o.model.has_queues() {
+            plan.queues.clone()
+        } else {
+            Vec::new()
+        };
+        let dispatcher_cpus = if o.model.has_queues() {
+            queue_cpus.iter().map(|&c| vec![c]).collect()
+        } else {
+            vec![plan.io_cpus.clone()]
+        };
+        let plane = DataPlane::new(core, MemIo::default(), plan);
+        plane.start();
+
+        // Real handshakes, in memory: each client initiates and confirms its session.
+        let server_pub = server_key.public_key();
+        let mut clients = Vec::with_capacity(o.peers);
+        let mut queue_of = Vec::with_capacity(o.peers);
+        for i in 0..o.peers {
+            let mut c = Interface::new(t0);
+            c.set_mtu(o.size.max(576));
+            let key = PrivateKey::generate(&mut rng);
+            let client_pub = key.public_key();
+            c.set_private_key(Some(key));
+            let s = c.add_peer(server_pub).expect("distinct keys");
+            let server_addr: SocketAddr = "192.0.2.1:51820".parse().unwrap();
+            let client_addr = SocketAddr::new(std::net::Ipv4Addr::new(198, 18, (i >> 8) as u8, i as u8).into(), 51820);
+            c.set_endpoint(s, server_addr);
+            c.add_allowed_ip(s, "0.0.0.0/0".parse().unwrap());
+            {
                 let mut core = plane.core();
-                core.receive(t0, wall, client_addr, &mut t.payload);
-                while let Some(mut back) = core.poll_transmit() {
-                    c.receive(t0, wall, server_addr, &mut back.payload);
+                let p = core.add_peer(client_pub).expect("distinct keys");
+                core.add_allowed_ip(p, ipnet::IpNet::from(std::net::IpAddr::from(client_ip(i))));
+                queue_of.push(core.peer(p).map_or(0, |x| x.queue as usize) % dispatchers);
+            }
+            let first = packet(client_ip(i), SERVER_IP, 64);
+            let mut out = vec![0u8; first.len() + SEND_HEADROOM];
+            c.send(t0, wall, &first, &mut out);
+            for _ in 0..3 {
+                while let Some(mut t) = c.poll_transmit() {
+                    let mut core = plane.core();
+                    core.receive(t0, wall, client_addr, &mut t.payload);
+                    while let Some(mut back) = core.poll_transmit() {
+                        c.receive(t0, wall, server_addr, &mut back.payload);
+                    }
                 }
             }
+            if plane.core().peers().filter(|(_, p)| p.has_session(t0)).count() != i + 1 {
+                bail!("bench: the in-memory handshake with peer {i} did not complete");
+            }
+            clients.push((c, client_addr));
         }
-        if plane.core().peers().filter(|(_, p)| p.has_session(t0)).count() != i + 1 {
-            bail!("bench: the in-memory handshake with peer {i} did not complete");
+        if o.model == Model::Inline {
+            // The crypto runs where the peers' queues are: with one peer on queue 1, the
+            // 1-core ceiling must be CPU 1's, not CPU 0's (the two differ by 10% here at
+            // times); and only the queues that carry peers do crypto.
+            let mut used: Vec<usize> = queue_of.iter().filter_map(|&q| queue_cpus.get(q).copied()).collect();
+            used.sort_unstable();
+            used.dedup();
+            if !used.is_empty() {
+                crypto_threads = used.len();
+                ceiling_cpus = used;
+            }
         }
-        clients.push((c, client_addr));
-    }
-    if o.model == Model::Inline {
-        // The crypto runs where the peers' queues are: with one peer on queue 1, the 1-core
-        // ceiling must be CPU 1's, not CPU 0's (the two differ by 10% here at times); and
-        // only the queues that carry peers do crypto.
-        let mut used: Vec<usize> = queue_of.iter().filter_map(|&q| queue_cpus.get(q).copied()).collect();
-        used.sort_unstable();
-        used.dedup();
-        if !used.is_empty() {
-            crypto_threads = used.len();
-            ceiling_cpus = used;
-        }
+        Ok(Bench {
+            templates: (0..o.peers).map(|i| packet(SERVER_IP, client_ip(i), o.size)).collect(),
+            per_peer: (0..o.peers).map(|i| packet(client_ip(i), SERVER_IP, o.size)).collect(),
+            o,
+            plane,
+            clients,
+            queue_of,
+            dispatcher_cpus,
+            dispatchers,
+            crypto_threads,
+            ceiling_cpus,
+            cpus,
+            t0,
+            wall,
+            seal_rounds: Vec::new(),
+            open_rounds: Vec::new(),
+        })
     }
 
-    // Seal: packets to every peer, round robin, through the read stage (each dispatcher
-    // takes the peers of its queue). Open: messages from every peer, made beforehand by the
-    // peers' own cores. Each round is followed by its ceilings, so that a ratio compares
-    // figures taken a moment apart on this shared machine.
-    let templates: Vec<Vec<u8>> = (0..o.peers).map(|i| packet(SERVER_IP, client_ip(i), o.size)).collect();
-    let per_peer: Vec<Vec<u8>> = (0..o.peers).map(|i| packet(client_ip(i), SERVER_IP, o.size)).collect();
-    let mut seal_rounds = Vec::new();
-    let mut open_rounds = Vec::new();
-    for round in 1..=o.rounds as u64 {
+    /// One seal round: packets to every peer, round robin, through the read stage (each
+    /// dispatcher takes the peers of its queue); then its ceilings, so that a ratio compares
+    /// figures taken a moment apart on this shared machine.
+    fn seal(&mut self) -> Result<()> {
+        let o = &self.o;
+        let round = self.seal_rounds.len() as u64 + 1;
+        let plane = &self.plane;
         let sent = || plane.io.sent.load(Ordering::Relaxed) >= round * o.packets as u64;
-        let took = seal_round(&plane, o, (dispatchers, &queue_of), &queue_cpus, &templates, sent)?;
-        seal_rounds.push(phase("seal", o, crypto_threads, took, &ceiling_cpus));
+        let took = seal_round(
+            plane,
+            o,
+            (self.dispatchers, &self.queue_of),
+            &self.dispatcher_cpus,
+            &self.templates,
+            sent,
+        )?;
+        self.seal_rounds
+            .push(phase("seal", o, self.crypto_threads, took, &self.ceiling_cpus));
+        Ok(())
+    }
 
-        let mut messages: Vec<Vec<Datagram>> = (0..dispatchers).map(|_| Vec::new()).collect();
+    /// One open round: messages from every peer, made beforehand by the peers' own cores;
+    /// then its ceilings.
+    fn open(&mut self) -> Result<()> {
+        let o = &self.o;
+        let round = self.open_rounds.len() as u64 + 1;
+        let mut messages: Vec<Vec<Datagram>> = (0..self.dispatchers).map(|_| Vec::new()).collect();
         let mut out = vec![0u8; o.size + SEND_HEADROOM];
         for k in 0..o.packets {
-            let (c, addr) = &mut clients[k % o.peers];
-            if let Sent::Data { len, .. } = c.send(t0, wall, &per_peer[k % o.peers], &mut out) {
-                messages[queue_of[k % o.peers]].push(Datagram {
+            let (c, addr) = &mut self.clients[k % o.peers];
+            if let Sent::Data { len, .. } = c.send(self.t0, self.wall, &self.per_peer[k % o.peers], &mut out) {
+                messages[self.queue_of[k % o.peers]].push(Datagram {
                     data: bytes::BytesMut::from(&out[..len]),
                     src: *addr,
                 });
@@ -312,41 +404,133 @@ pub fn run(o: &Options) -> Result<Report> {
         if messages.iter().map(Vec::len).sum::<usize>() != o.packets {
             bail!("bench: the peers could not seal every message");
         }
+        let plane = &self.plane;
         let delivered = || plane.io.delivered.load(Ordering::Relaxed) >= round * o.packets as u64;
-        let took = open_round(&plane, messages, &queue_cpus, delivered)?;
-        open_rounds.push(phase("open", o, crypto_threads, took, &ceiling_cpus));
+        let took = open_round(plane, messages, &self.dispatcher_cpus, delivered)?;
+        self.open_rounds
+            .push(phase("open", o, self.crypto_threads, took, &self.ceiling_cpus));
+        Ok(())
     }
-    let phases = vec![median_phase(&seal_rounds), median_phase(&open_rounds)];
-    // Every packet went through the replay window and allowed-IPs check and was delivered.
-    let dropped: u64 = plane.core().stats.drops.values().sum();
-    if dropped != 0 || plane.io.delivered.load(Ordering::Relaxed) != (o.rounds * o.packets) as u64 {
-        bail!("bench: {dropped} packets were dropped; the figures would not be honest");
+
+    /// The medians of the rounds run, and the plane's counters; refuses if any packet was
+    /// dropped or not delivered.
+    fn report(&self) -> Result<Report> {
+        let o = &self.o;
+        let plane = &self.plane;
+        let phases = vec![median_phase(&self.seal_rounds), median_phase(&self.open_rounds)];
+        // Every packet went through the replay window and allowed-IPs check and was delivered.
+        let dropped: u64 = plane.core().stats.drops.values().sum();
+        let expected = (self.open_rounds.len() * o.packets) as u64;
+        if dropped != 0 || plane.io.delivered.load(Ordering::Relaxed) != expected {
+            bail!("bench: {dropped} packets were dropped; the figures would not be honest");
+        }
+        let counters = plane.stats.counters();
+        let stages = counters
+            .iter()
+            .filter(|(k, _)| k.starts_with("stage_"))
+            .cloned()
+            .collect();
+        let threads = counters.into_iter().filter(|(k, _)| k.starts_with("thread_")).collect();
+        let worker_cpus = plane
+            .stats
+            .threads()
+            .iter()
+            .filter(|t| t.name.starts_with("worker"))
+            .map(|t| (t.name.clone(), thread_cpus(t.tid)))
+            .collect();
+        Ok(Report {
+            model: o.model.name(),
+            peers: o.peers,
+            size: o.size,
+            cpus: crate::device::topology::format_cpu_list(&self.cpus),
+            workers: plane.workers(),
+            dispatchers: self.dispatchers,
+            crypto_threads: self.crypto_threads,
+            phases,
+            stages,
+            threads,
+            worker_cpus,
+        })
     }
-    let counters = plane.stats.counters();
-    let stages = counters
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        self.plane.stop();
+    }
+}
+
+/// Runs `o.rounds` rounds of each phase on one data plane with every CPU the process may use.
+pub fn run(o: &Options) -> Result<Report> {
+    check(o)?;
+    let mut b = Bench::new(o.clone(), None)?;
+    for _ in 0..o.rounds {
+        b.seal()?;
+        b.open()?;
+    }
+    b.report()
+}
+
+/// How a data plane scales with its threads, measured in one run: one plane per entry of
+/// `threads`, given that many CPUs (the first the process may use; in the pool models as
+/// many workers, unless `o.workers` says otherwise). Each thread has the same work as the
+/// first plane's: a plane with k times its threads has k times its peers and packets per
+/// round. Their rounds are interleaved (the order reversed every other round), so that each
+/// ratio to the first plane is taken between rounds a moment apart: across separate runs,
+/// this shared machine's speed moved by more than the effect measured.
+pub fn compare(o: &Options, threads: &[usize]) -> Result<Comparison> {
+    check(o)?;
+    let allowed = crate::device::topology::allowed_cpus();
+    if threads.is_empty() || threads.iter().any(|&n| n == 0 || n > allowed.len()) {
+        bail!(
+            "bench: --threads takes thread counts from 1 to {} (the CPUs this process may use: {})",
+            allowed.len(),
+            crate::device::topology::format_cpu_list(&allowed)
+        );
+    }
+    let first = threads[0];
+    let mut benches = threads
         .iter()
-        .filter(|(k, _)| k.starts_with("stage_"))
-        .cloned()
-        .collect();
-    let threads = counters.into_iter().filter(|(k, _)| k.starts_with("thread_")).collect();
-    let worker_cpus = plane
-        .stats
-        .threads()
+        .map(|&n| {
+            let scaled = |x: usize| (x * n).div_ceil(first);
+            let each = Options {
+                peers: scaled(o.peers),
+                packets: scaled(o.packets),
+                ..o.clone()
+            };
+            Bench::new(each, Some(allowed[..n].to_vec()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for round in 0..o.rounds {
+        let mut order: Vec<usize> = (0..benches.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for &i in &order {
+            benches[i].seal()?;
+        }
+        for &i in &order {
+            benches[i].open()?;
+        }
+    }
+    let vs_first = |rounds: fn(&Bench) -> &[Phase], b: &Bench| -> f64 {
+        let ratios = rounds(b)
+            .iter()
+            .zip(rounds(&benches[0]))
+            .map(|(p, f)| p.gbit_per_s / f.gbit_per_s.max(1e-9));
+        median(ratios.collect())
+    };
+    let scaling = benches
         .iter()
-        .filter(|t| t.name.starts_with("worker"))
-        .map(|t| (t.name.clone(), thread_cpus(t.tid)))
+        .map(|b| Scaling {
+            crypto_threads: b.crypto_threads,
+            seal_vs_first: vs_first(|b| &b.seal_rounds, b),
+            open_vs_first: vs_first(|b| &b.open_rounds, b),
+        })
         .collect();
-    plane.stop();
-    Ok(Report {
-        model: o.model.name(),
-        peers: o.peers,
-        size: o.size,
-        workers: plane.workers(),
-        dispatchers,
-        phases,
-        stages,
-        threads,
-        worker_cpus,
+    Ok(Comparison {
+        planes: benches.iter().map(Bench::report).collect::<Result<_>>()?,
+        scaling,
     })
 }
 
@@ -406,18 +590,19 @@ fn phase(name: &'static str, o: &Options, crypto_threads: usize, took: Duration,
     }
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// Each figure's median over the rounds.
 fn median_phase(rounds: &[Phase]) -> Phase {
-    let median = |f: fn(&Phase) -> f64| {
-        let mut v: Vec<f64> = rounds.iter().map(f).collect();
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        }
-    };
+    let median = |f: fn(&Phase) -> f64| median(rounds.iter().map(f).collect());
     Phase {
         phase: rounds[0].phase,
         packets: rounds[0].packets,
@@ -434,7 +619,7 @@ fn median_phase(rounds: &[Phase]) -> Phase {
     }
 }
 
-/// Runs one round: one dispatcher per queue (one in the pool models), each pinned where the
+/// Runs one round: one dispatcher per queue (one in the pool models, on the I/O CPUs), each pinned where the
 /// device pins that queue's thread and registered as it. Each first `prepare`s its input on
 /// its own thread (so its buffers come from its own heap, as the receive stage's slots do);
 /// the clock starts when all are ready and stops when `done` says the plane has put out the
@@ -443,7 +628,7 @@ fn median_phase(rounds: &[Phase]) -> Phase {
 fn round<T>(
     plane: &Arc<DataPlane<MemIo>>,
     count: usize,
-    queue_cpus: &[usize],
+    dispatcher_cpus: &[Cpus],
     prepare: impl Fn(usize) -> T + Sync,
     work: impl Fn(usize, &Ctx, T) + Sync,
     done: impl Fn() -> bool,
@@ -459,8 +644,8 @@ fn round<T>(
                 std::thread::Builder::new()
                     .name(format!("bench{d}"))
                     .spawn_scoped(scope, move || {
-                        if let Some(&cpu) = queue_cpus.get(d) {
-                            let _ = crate::device::topology::pin_current_thread(&[cpu]);
+                        if let Some(cpus) = dispatcher_cpus.get(d) {
+                            let _ = crate::device::topology::pin_current_thread(cpus);
                         }
                         let ctx = plane.register(&format!("bench{d}"), d);
                         let input = prepare(d);
@@ -489,7 +674,7 @@ fn seal_round(
     plane: &Arc<DataPlane<MemIo>>,
     o: &Options,
     (count, queue_of): (usize, &[usize]),
-    queue_cpus: &[usize],
+    dispatcher_cpus: &[Cpus],
     templates: &[Vec<u8>],
     done: impl Fn() -> bool,
 ) -> Result<Duration> {
@@ -520,7 +705,7 @@ fn seal_round(
             plane.dispatch_outbound(&mut batch, ctx);
         }
     };
-    round(plane, count, queue_cpus, prepare, work, done, "sealed messages")
+    round(plane, count, dispatcher_cpus, prepare, work, done, "sealed messages")
 }
 
 /// Opens the messages, each dispatcher those of its queue, a batch at a time. Each first
@@ -532,7 +717,7 @@ fn seal_round(
 fn open_round(
     plane: &Arc<DataPlane<MemIo>>,
     messages: Vec<Vec<Datagram>>,
-    queue_cpus: &[usize],
+    dispatcher_cpus: &[Cpus],
     done: impl Fn() -> bool,
 ) -> Result<Duration> {
     let lists: Vec<Mutex<Vec<Datagram>>> = messages.into_iter().map(Mutex::new).collect();
@@ -562,17 +747,25 @@ fn open_round(
             plane.dispatch_inbound(&mut batch, 0, ctx);
         }
     };
-    round(plane, lists.len(), queue_cpus, prepare, work, done, "opened messages")
+    round(
+        plane,
+        lists.len(),
+        dispatcher_cpus,
+        prepare,
+        work,
+        done,
+        "opened messages",
+    )
 }
 
 pub fn render(r: &Report) -> String {
     let rounds = r.phases.first().map_or(0, |p| p.rounds);
     let mut s = format!(
-        "ordo bench: model {}, {} peer(s), {}-byte packets, {} worker(s), {} dispatcher(s), \
-         medians of {rounds} round(s)\n\n\
+        "ordo bench: model {}, {} peer(s), {}-byte packets, CPUs {}, {} worker(s), {} dispatcher(s), \
+         {} crypto thread(s), medians of {rounds} round(s)\n\n\
          | phase | packets | Gbit/s | Mpps | Gbit/s per crypto thread | AEAD ceiling, 1 core | per thread / ceiling | x 1-core ceiling | AEAD ceiling, all threads at once | x all-threads ceiling |\n\
          |---|---|---|---|---|---|---|---|---|---|\n",
-        r.model, r.peers, r.size, r.workers, r.dispatchers
+        r.model, r.peers, r.size, r.cpus, r.workers, r.dispatchers, r.crypto_threads
     );
     for p in &r.phases {
         s += &format!(
@@ -587,6 +780,21 @@ pub fn render(r: &Report) -> String {
             p.vs_one_core_ceiling,
             p.aead_ceiling_all_threads_gbit_per_s,
             p.vs_all_threads_ceiling,
+        );
+    }
+    s
+}
+
+/// Each plane's table, then how each scaled against the first.
+pub fn render_comparison(c: &Comparison) -> String {
+    let mut s: String = c.planes.iter().map(|r| render(r) + "\n").collect();
+    s += "Scaling, measured in this run (each plane's Gbit/s over the first's, round by round, median):\n\n\
+          | crypto threads | seal Gbit/s | seal x first | open Gbit/s | open x first |\n\
+          |---|---|---|---|---|\n";
+    for (r, x) in c.planes.iter().zip(&c.scaling) {
+        s += &format!(
+            "| {} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
+            x.crypto_threads, r.phases[0].gbit_per_s, x.seal_vs_first, r.phases[1].gbit_per_s, x.open_vs_first
         );
     }
     s
@@ -671,6 +879,42 @@ mod tests {
                 .collect();
             per_worker.sort();
             assert_eq!(per_worker, vec![1000, 2000], "{stage}: {:?}", r.threads);
+        }
+    }
+
+    /// Planes of one and two threads in one run: the second carries twice the peers and
+    /// packets, all of them delivered; the first is the measure of the others.
+    #[test]
+    fn compare_gives_each_thread_the_same_work() {
+        let cpus = crate::device::topology::allowed_cpus();
+        let threads: Vec<usize> = if cpus.len() >= 2 { vec![1, 2] } else { vec![1] };
+        let o = Options {
+            model: Model::Inline,
+            topology: None,
+            peers: 1,
+            size: 200,
+            workers: 0,
+            packets: 2000,
+            rounds: 2,
+        };
+        let c = compare(&o, &threads).unwrap();
+        assert_eq!(c.planes.len(), threads.len());
+        for ((r, x), &n) in c.planes.iter().zip(&c.scaling).zip(&threads) {
+            assert_eq!((r.peers, r.crypto_threads, x.crypto_threads), (n, n, n));
+            assert_eq!(r.cpus, crate::device::topology::format_cpu_list(&cpus[..n]));
+            assert_eq!(r.stages["stage_encrypt_packets"], 2 * 2000 * n as u64);
+            assert_eq!(r.stages["stage_deliver_inbound_packets"], 2 * 2000 * n as u64);
+            assert!(x.seal_vs_first > 0.0 && x.open_vs_first > 0.0);
+        }
+        assert_eq!((c.scaling[0].seal_vs_first, c.scaling[0].open_vs_first), (1.0, 1.0));
+        let text = render_comparison(&c);
+        assert!(
+            text.contains("| crypto threads | seal Gbit/s | seal x first |"),
+            "{text}"
+        );
+        for bad in [vec![], vec![0], vec![1, cpus.len() + 1]] {
+            let e = compare(&o, &bad).err().expect("refused").to_string();
+            assert!(e.contains("--threads takes thread counts from 1 to"), "{e}");
         }
     }
 

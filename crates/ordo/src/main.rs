@@ -67,6 +67,10 @@ enum Command {
         /// Execution model: pool, inline, threaded or auto.
         #[arg(long, default_value = "pool")]
         model: Model,
+        /// Compare data planes given this many CPUs each (in the pool models as many
+        /// workers, unless --workers is set), in one run, rounds interleaved: e.g. 1,2.
+        #[arg(long, value_delimiter = ',')]
+        threads: Vec<usize>,
         #[arg(long)]
         json: bool,
     },
@@ -180,9 +184,10 @@ fn run(cli: Cli) -> Result<()> {
             packets,
             rounds,
             model,
+            threads,
             json,
         } => {
-            let r = bench::run(&bench::Options {
+            let o = bench::Options {
                 model,
                 topology: None,
                 peers,
@@ -190,7 +195,17 @@ fn run(cli: Cli) -> Result<()> {
                 workers,
                 packets,
                 rounds,
-            })?;
+            };
+            if !threads.is_empty() {
+                let c = bench::compare(&o, &threads)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&c)?);
+                } else {
+                    print!("{}", bench::render_comparison(&c));
+                }
+                return Ok(());
+            }
+            let r = bench::run(&o)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
