@@ -12,6 +12,10 @@
 //! The models that have queues (inline, auto) get one dispatching thread per queue, pinned
 //! where the device pins that queue's thread and carrying the peers of its queue, as the
 //! kernel's steering would give them.
+//!
+//! `compare` (`ordo bench --threads 1,2`) sets up one data plane per thread count, each on
+//! that many CPUs with as much work per thread, and interleaves their rounds: how the plane
+//! scales is then a ratio of figures taken a moment apart, not of two runs minutes apart.
 
 use crate::device::batch::{Datagram, BATCH, READ_BATCH};
 use crate::device::model::{Model, Plan, PlaneConfig};
