@@ -68,7 +68,8 @@ enum Command {
         #[arg(long, default_value = "pool")]
         model: Model,
         /// Compare data planes given this many CPUs each (in the pool models as many
-        /// workers, unless --workers is set), in one run, rounds interleaved: e.g. 1,2.
+        /// workers, unless --workers is set) and the first's work per thread (peers and
+        /// packets scaled), in one run, rounds interleaved: e.g. 1,2.
         #[arg(long, value_delimiter = ',')]
         threads: Vec<usize>,
         #[arg(long)]
