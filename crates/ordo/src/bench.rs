@@ -440,7 +440,10 @@ impl Bench {
             .threads()
             .iter()
             .filter(|t| t.name.starts_with("worker"))
-            .map(|t| (t.name.clone(), thread_cpus(t.tid)))
+            .map(|t| {
+                let cpus = crate::device::topology::thread_cpus(t.tid).unwrap_or_default();
+                (t.name.clone(), crate::device::topology::format_cpu_list(&cpus))
+            })
             .collect();
         Ok(Report {
             model: o.model.name(),
@@ -536,17 +539,6 @@ pub fn compare(o: &Options, threads: &[usize]) -> Result<Comparison> {
         planes: benches.iter().map(Bench::report).collect::<Result<_>>()?,
         scaling,
     })
-}
-
-/// The CPUs a thread of this process may run on, as the kernel lists them.
-fn thread_cpus(tid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| v.trim().to_string()))
-        })
-        .unwrap_or_default()
 }
 
 /// Runs the placement decisions while the flag is set, as the device's timer thread does.

@@ -281,6 +281,16 @@ impl Plan {
         })
     }
 
+    /// Where queue `q`'s thread runs: its own CPU, or, while released (affinity.rs), the I/O
+    /// CPUs of that CPU's node.
+    pub fn queue_thread_cpus(&self, q: usize, released: bool) -> Cpus {
+        if released {
+            self.released_cpus(q)
+        } else {
+            vec![self.queues[q]]
+        }
+    }
+
     /// Where queue `q`'s thread may run while released (affinity.rs): the I/O CPUs of its
     /// CPU's node, so that a peer's stages stay on one node.
     pub fn released_cpus(&self, q: usize) -> Cpus {

@@ -366,11 +366,7 @@ impl<I: Io> DataPlane<I> {
             let Some(tid) = queue_thread(&threads, q) else {
                 continue;
             };
-            let cpus = if release {
-                self.plan.released_cpus(q)
-            } else {
-                vec![self.plan.queues[q]]
-            };
+            let cpus = self.plan.queue_thread_cpus(q, release);
             if release {
                 let w = queues[q].wait;
                 eprintln!(

@@ -263,11 +263,7 @@ pub fn placement_lines(device: &Device) -> String {
         let (queue, cpu) = if plan.model.has_queues() {
             let q = p.queue as usize % plan.queues.len();
             let released = affinity.get(q).is_some_and(|a| a.is_released());
-            let cpus = if released {
-                plan.released_cpus(q)
-            } else {
-                vec![plan.queues[q]]
-            };
+            let cpus = plan.queue_thread_cpus(q, released);
             (q, crate::device::topology::format_cpu_list(&cpus))
         } else {
             (0, crate::device::topology::format_cpu_list(&plan.io_cpus))
