@@ -49,14 +49,45 @@ impl VnetHdr {
 
 /// One's-complement sum of `data` added to `sum` (RFC 1071), folded to 16 bits (as a u32,
 /// so callers can keep adding). On CPUs with AVX2 the same loop runs four lanes to an
-/// instruction (half the time of the baseline build: 27 against 53 ns for 1420 bytes).
+/// instruction (half the time of the baseline build: 27 against 53 ns for 1420 bytes);
+/// headers take a plain loop.
 fn sum16(sum: u32, data: &[u8]) -> u32 {
+    if data.len() < SMALL {
+        return sum16_small(sum, data);
+    }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked just above), all that `sum16_avx2` requires.
         return unsafe { sum16_avx2(sum, data) };
     }
     sum16_lanes(sum, data)
+}
+
+/// Below this many bytes (headers: IP, TCP, pseudo-header) a plain loop beats the lanes,
+/// whose setup and fold cost more than the words themselves. Splitting a 64 KB TSO packet
+/// took 99.5 ns per segment with every sum in lanes, 81.6 ns with this (four small sums and
+/// one large per segment).
+const SMALL: usize = 64;
+
+/// [`sum16`] of a few bytes, a big-endian 32-bit word at a time.
+#[inline]
+fn sum16_small(sum: u32, data: &[u8]) -> u32 {
+    let mut acc = sum as u64;
+    let mut words = data.chunks_exact(4);
+    for w in &mut words {
+        acc += u32::from_be_bytes(w.try_into().expect("4 bytes")) as u64;
+    }
+    let mut pairs = words.remainder().chunks_exact(2);
+    for w in &mut pairs {
+        acc += u16::from_be_bytes([w[0], w[1]]) as u64;
+    }
+    if let [last] = pairs.remainder() {
+        acc += (*last as u64) << 8;
+    }
+    acc = (acc & 0xffff_ffff) + (acc >> 32);
+    let mut x = (acc & 0xffff_ffff) as u32 + (acc >> 32) as u32;
+    x = (x & 0xffff) + (x >> 16);
+    (x & 0xffff) + (x >> 16)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -713,6 +744,11 @@ mod tests {
             }
         }
         assert_eq!(fold(sum16(0, &[0xff; 4096])), 0xffff);
+        // The largest seed callers pass (two folded sums added) with the largest small input.
+        assert_eq!(
+            fold(sum16(0x1_fffe, &[0xff; SMALL - 1])),
+            fold(simple(0x1_fffe, &[0xff; SMALL - 1]))
+        );
         assert_eq!(
             fold(sum16(0xffff, &[0xff; 65_535])),
             fold(simple(0xffff, &[0xff; 65_535]))
