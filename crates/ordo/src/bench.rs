@@ -227,15 +227,13 @@ struct Bench {
     clients: Vec<(Interface, SocketAddr)>,
     /// Each peer's queue: the dispatcher that carries it (the kernel's steering).
     queue_of: Vec<usize>,
-    /// Where each dispatcher runs: where the device pins its queue's thread (inline, auto),
-    /// or the I/O CPUs, where the pool models' receive and read threads run.
+    /// Where each dispatcher runs, one entry per dispatcher: where the device pins its
+    /// queue's thread (inline, auto), or the I/O CPUs, where the pool models' receive and
+    /// read threads run.
     dispatcher_cpus: Vec<Cpus>,
-    dispatchers: usize,
     crypto_threads: usize,
     /// The CPUs the crypto threads run on, for the ceilings.
     ceiling_cpus: Vec<usize>,
-    /// The CPUs the plane may use.
-    cpus: Vec<usize>,
     /// Inner packets to each peer (seal), and from each peer (open, sealed by its core).
     templates: Vec<Vec<u8>>,
     per_peer: Vec<Vec<u8>>,
@@ -285,14 +283,8 @@ impl Bench {
         }
         .min(plan.cpus.len());
         let mut ceiling_cpus: Vec<usize> = plan.cpus.iter().copied().take(crypto_threads).collect();
-        let cpus = plan.cpus.clone();
-        let queue_cpus = if o.model.has_queues() {
-            plan.queues.clone()
-        } else {
-            Vec::new()
-        };
-        let dispatcher_cpus = if o.model.has_queues() {
-            queue_cpus.iter().map(|&c| vec![c]).collect()
+        let dispatcher_cpus: Vec<Cpus> = if o.model.has_queues() {
+            plan.queues.iter().map(|&c| vec![c]).collect()
         } else {
             vec![plan.io_cpus.clone()]
         };
@@ -341,7 +333,7 @@ impl Bench {
             // The crypto runs where the peers' queues are: with one peer on queue 1, the
             // 1-core ceiling must be CPU 1's, not CPU 0's (the two differ by 10% here at
             // times); and only the queues that carry peers do crypto.
-            let mut used: Vec<usize> = queue_of.iter().filter_map(|&q| queue_cpus.get(q).copied()).collect();
+            let mut used: Vec<usize> = queue_of.iter().map(|&q| dispatcher_cpus[q][0]).collect();
             used.sort_unstable();
             used.dedup();
             if !used.is_empty() {
@@ -357,10 +349,8 @@ impl Bench {
             clients,
             queue_of,
             dispatcher_cpus,
-            dispatchers,
             crypto_threads,
             ceiling_cpus,
-            cpus,
             t0,
             wall,
             seal_rounds: Vec::new(),
@@ -379,7 +369,7 @@ impl Bench {
         let took = seal_round(
             plane,
             o,
-            (self.dispatchers, &self.queue_of),
+            (self.dispatcher_cpus.len(), &self.queue_of),
             &self.dispatcher_cpus,
             &self.templates,
             sent,
@@ -394,7 +384,7 @@ impl Bench {
     fn open(&mut self) -> Result<()> {
         let o = &self.o;
         let round = self.open_rounds.len() as u64 + 1;
-        let mut messages: Vec<Vec<Datagram>> = (0..self.dispatchers).map(|_| Vec::new()).collect();
+        let mut messages: Vec<Vec<Datagram>> = (0..self.dispatcher_cpus.len()).map(|_| Vec::new()).collect();
         let mut out = vec![0u8; o.size + SEND_HEADROOM];
         for k in 0..o.packets {
             let (c, addr) = &mut self.clients[k % o.peers];
@@ -449,9 +439,9 @@ impl Bench {
             model: o.model.name(),
             peers: o.peers,
             size: o.size,
-            cpus: crate::device::topology::format_cpu_list(&self.cpus),
+            cpus: crate::device::topology::format_cpu_list(&plane.plan.cpus),
             workers: plane.workers(),
-            dispatchers: self.dispatchers,
+            dispatchers: self.dispatcher_cpus.len(),
             crypto_threads: self.crypto_threads,
             phases,
             stages,
@@ -615,12 +605,12 @@ fn median_phase(rounds: &[Phase]) -> Phase {
     }
 }
 
-/// Runs one round: one dispatcher per queue (one in the pool models, on the I/O CPUs), each pinned where the
-/// device pins that queue's thread and registered as it. Each first `prepare`s its input on
-/// its own thread (so its buffers come from its own heap, as the receive stage's slots do);
-/// the clock starts when all are ready and stops when `done` says the plane has put out the
-/// round's last packet. The auto model's placement runs alongside, as the device's timer
-/// thread runs it.
+/// Runs one round: one dispatcher per queue (one in the pool models, on the I/O CPUs), each
+/// pinned where the device pins that queue's thread and registered as it. Each first
+/// `prepare`s its input on its own thread (so its buffers come from its own heap, as the
+/// receive stage's slots do); the clock starts when all are ready and stops when `done` says
+/// the plane has put out the round's last packet. The auto model's placement runs alongside,
+/// as the device's timer thread runs it.
 fn round<T>(
     plane: &Arc<DataPlane<MemIo>>,
     count: usize,

@@ -164,11 +164,9 @@ pub fn decide(model: Model, peers: &[Seen], queues: &[QueueSeen], pools: usize) 
         // room for a good share of it: otherwise the hand-offs cost and nothing is gained
         // (measured: one flow through two daemons on two busy cores, auto 1.70 Gbit/s against
         // inline 2.21; with 0.2 of a core idle beside, 5.4 against 6.1).
-        let own = |q: u32| queues.get(q as usize % queues.len().max(1));
-        let full = |q: u32| own(q).is_none_or(|s| s.idle < IMBALANCE);
-        let room_beside = |q: u32| {
-            (queues.iter().enumerate()).any(|(i, s)| i != q as usize % queues.len().max(1) && s.idle >= SPREAD_ROOM)
-        };
+        let own = |q: u32| q as usize % queues.len().max(1);
+        let full = |q: u32| queues.get(own(q)).is_none_or(|s| s.idle < IMBALANCE);
+        let room_beside = |q: u32| (queues.iter().enumerate()).any(|(i, s)| i != own(q) && s.idle >= SPREAD_ROOM);
         for (i, p) in peers.iter().enumerate() {
             let settled = p.dwell.is_none_or(|d| d >= MIN_DWELL);
             if !p.spread && p.cores > SPREAD_ABOVE && full(p.queue) && room_beside(p.queue) {
