@@ -4,7 +4,10 @@
 #   tcp       one TCP flow A->B          tcp-rev   one TCP flow B->A
 #   tcp4      four TCP flows A->B        udp       1392-byte datagrams A->B (4 MB iperf3 socket
 #                                                  buffers) at the highest
-#                                                  offered rate with under 1% loss
+#                                                  offered rate with under 1% loss: a
+#                                                  ladder of rates, then the gap between
+#                                                  its last good and first lossy rate
+#                                                  halved 3 times
 # Ordo runs in each execution model (ordo-pool, ordo-inline, ordo-threaded, ordo-auto). An
 # implementation named IMPL@split runs each tunnel end's daemon on a CPU of its own (taskset:
 # A on CPU 0, B on CPU 1), as two machines would; iperf3 and the kernel still share both.
@@ -27,6 +30,8 @@ IMPLS=(${BENCH_IMPLS:-ordo-pool ordo-inline ordo-threaded ordo-auto wireguard-go
 CASES=(${BENCH_CASES:-tcp tcp-rev tcp4 udp})
 # Offered UDP rates tried, in Gbit/s, lowest first.
 UDP_RATES=(0.1 0.25 0.5 1 1.5 2 2.5 3 4)
+# Halvings of the gap between the last good and the first lossy rate (BENCH_UDP_REFINE).
+UDP_REFINE=${BENCH_UDP_REFINE:-3}
 MAX_STEAL=${BENCH_MAX_STEAL:-10}
 STEAL_TRIES=${BENCH_STEAL_TRIES:-3}
 trap teardown EXIT
@@ -87,6 +92,17 @@ print('releases', s['model'], sum(v for k, v in c.items() if k.startswith('queue
     done
 }
 
+# udp_at IMPL RATE: one UDP run offered RATE Gbit/s; prints its figures and succeeds if the
+# loss was under 1%.
+udp_at() {
+    local r loss
+    r=$(measure "$1" 3 -u -l 1392 -w 4M -b "${2}G")
+    teardown
+    echo "$r"
+    read -r _ _ loss _ <<<"$r"
+    python3 -c "import sys; sys.exit(0 if float('$loss') < 1.0 else 1)"
+}
+
 results=$(mktemp)
 # TCP runs are interleaved (run 1 of every implementation, then run 2, ...), so that the
 # machine's drift over the minutes of a run (these machines are shared) falls on all alike.
@@ -109,19 +125,24 @@ for case in "${CASES[@]}"; do
 done
 if [[ " ${CASES[*]} " == *" udp "* ]]; then
     for impl in "${IMPLS[@]}"; do
-        best=""
+        best="" good="" bad=""
         for rate in "${UDP_RATES[@]}"; do
-            r=$(measure "$impl" 3 -u -l 1392 -w 4M -b "${rate}G")
-            teardown
-            read -r _ _ loss _ <<<"$r"
-            python3 -c "import sys; sys.exit(0 if float('$loss') < 1.0 else 1)" || break
-            best="$r"
+            r=$(udp_at "$impl" "$rate") || { bad=$rate; break; }
+            best="$r" good=$rate
         done
+        # Between the last rate under 1% loss and the first over it, halve the gap
+        # UDP_REFINE times, so that a ratio does not depend on the ladder's coarse steps.
+        if [[ -n $good && -n $bad ]]; then
+            for _ in $(seq "$UDP_REFINE"); do
+                rate=$(python3 -c "print(round(($good + $bad) / 2, 4))")
+                if r=$(udp_at "$impl" "$rate"); then best="$r" good=$rate; else bad=$rate; fi
+            done
+        fi
         echo "udp $impl ${best:-0 0 100 0}" >>"$results"
     done
 fi
 
-python3 - "$results" "$DURATION" "$RUNS" <<'PY'
+python3 - "$results" "$DURATION" "$RUNS" "$UDP_REFINE" <<'PY'
 import sys, statistics, datetime, platform, os
 rows, lanes, releases = {}, {}, {}
 for line in open(sys.argv[1]):
@@ -134,7 +155,8 @@ for line in open(sys.argv[1]):
         continue
     rows.setdefault((f[0], f[1]), []).append(tuple(map(float, f[2:6])))
 print(f"date {datetime.date.today()}, {os.cpu_count()} cores, kernel {platform.release()}; "
-      f"TCP: {sys.argv[2]} s x {sys.argv[3]} runs, median; UDP: 3 s per offered rate, best rate under 1% loss")
+      f"TCP: {sys.argv[2]} s x {sys.argv[3]} runs, median; UDP: 3 s per offered rate, best rate under 1% loss "
+      f"(the ladder, then its last step halved {sys.argv[4]} times)")
 print()
 print("| case | implementation | Gbit/s | x wireguard-go | daemon cores (both ends) | cores per Gbit/s | x wireguard-go | retransmits / UDP loss % | each run, Gbit/s | host steal %, each run |")
 print("|---|---|---|---|---|---|---|---|---|---|")
