@@ -161,6 +161,10 @@ impl Stats {
             if let Some(ticks) = os_thread_cpu_ticks(t.tid) {
                 c.push((format!("{key}_os_cpu_us"), ticks * tick_us));
             }
+            if let Some((sleeps, preemptions)) = os_context_switches(t.tid) {
+                c.push((format!("{key}_os_sleeps"), sleeps));
+                c.push((format!("{key}_os_preemptions"), preemptions));
+            }
         }
         c
     }
@@ -183,6 +187,26 @@ fn os_thread_cpu_ticks(tid: i32) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// How often the OS switched thread `tid` of this process out: because it waited for
+/// something (voluntary switches: its sleeps), and while it could still run (involuntary:
+/// preempted, e.g. by a thread it woke on its own CPU, as a TUN write wakes the reader of
+/// the inner socket). Many preemptions of a queue thread mean it shares its core with
+/// whatever it feeds.
+fn os_context_switches(tid: i32) -> Option<(u64, u64)> {
+    parse_context_switches(&std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?)
+}
+
+/// The voluntary and involuntary context switches of a /proc/PID/status text.
+fn parse_context_switches(status: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some((field("voluntary_ctxt_switches")?, field("nonvoluntary_ctxt_switches")?))
 }
 
 #[cfg(test)]
@@ -217,6 +241,68 @@ mod tests {
         assert!(
             c.contains_key(&format!("thread_test_{}_os_cpu_us", t.tid)),
             "the OS's figure sits beside ours"
+        );
+    }
+
+    #[test]
+    fn counts_the_threads_sleeps() {
+        let s = Stats::default();
+        let t = s.register_thread("test");
+        let sleeps = |s: &Stats| {
+            let c: std::collections::HashMap<_, _> = s.counters().into_iter().collect();
+            c[&format!("thread_test_{}_os_sleeps", t.tid)]
+        };
+        let before = sleeps(&s);
+        for _ in 0..5 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(sleeps(&s) >= before + 5, "each sleep is a voluntary switch");
+    }
+
+    #[test]
+    fn counts_preemptions_by_a_thread_on_the_same_cpu() {
+        use std::sync::atomic::AtomicBool;
+        use std::time::Duration;
+        let s = Stats::default();
+        let t = s.register_thread("test");
+        let preemptions = |s: &Stats| {
+            let c: std::collections::HashMap<_, _> = s.counters().into_iter().collect();
+            c[&format!("thread_test_{}_os_preemptions", t.tid)]
+        };
+        let cpu = super::super::topology::allowed_cpus()[0];
+        super::super::topology::pin_current_thread(&[cpu]).unwrap();
+        let before = preemptions(&s);
+        // A second busy thread on the same CPU: the scheduler must take turns between the two,
+        // switching this one out while it could still run.
+        let stop = Arc::new(AtomicBool::new(false));
+        let rival = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                super::super::topology::pin_current_thread(&[cpu]).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(200) {
+            std::hint::spin_loop();
+        }
+        // Read before joining: the join may sleep, which is not a preemption.
+        let after = preemptions(&s);
+        stop.store(true, Ordering::Relaxed);
+        rival.join().unwrap();
+        assert!(after > before, "sharing a CPU with a busy thread preempts");
+    }
+
+    #[test]
+    fn context_switches_parse_from_status() {
+        let status = "Name:\tordo-queue0\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t4226\nnonvoluntary_ctxt_switches:\t7686\n";
+        assert_eq!(parse_context_switches(status), Some((4226, 7686)));
+        assert_eq!(parse_context_switches("Name:\tx\nvoluntary_ctxt_switches:\t1\n"), None);
+        assert_eq!(
+            parse_context_switches("voluntary_ctxt_switches:\tmany\nnonvoluntary_ctxt_switches:\t2\n"),
+            None
         );
     }
 }
