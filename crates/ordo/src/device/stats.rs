@@ -191,9 +191,9 @@ fn os_thread_cpu_ticks(tid: i32) -> Option<u64> {
 
 /// How often the OS switched thread `tid` of this process out: because it waited for
 /// something (voluntary switches: its sleeps), and while it could still run (involuntary:
-/// preempted, e.g. by a thread it woke on its own CPU, as a TUN write wakes the reader of
-/// the inner socket). Many preemptions of a queue thread mean it shares its core with
-/// whatever it feeds.
+/// preempted, e.g. by a thread it woke on its own CPU, as a TUN write wakes the application
+/// reading the tunnel's traffic). Many preemptions of a queue thread mean it shares its core
+/// with whatever it feeds.
 fn os_context_switches(tid: i32) -> Option<(u64, u64)> {
     parse_context_switches(&std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?)
 }
@@ -261,6 +261,7 @@ mod tests {
 
     #[test]
     fn counts_preemptions_by_a_thread_on_the_same_cpu() {
+        use crate::device::topology;
         use std::sync::atomic::AtomicBool;
         use std::time::Duration;
         let s = Stats::default();
@@ -269,8 +270,8 @@ mod tests {
             let c: std::collections::HashMap<_, _> = s.counters().into_iter().collect();
             c[&format!("thread_test_{}_os_preemptions", t.tid)]
         };
-        let cpu = super::super::topology::allowed_cpus()[0];
-        super::super::topology::pin_current_thread(&[cpu]).unwrap();
+        let cpu = topology::allowed_cpus()[0];
+        topology::pin_current_thread(&[cpu]).unwrap();
         let before = preemptions(&s);
         // A second busy thread on the same CPU: the scheduler must take turns between the two,
         // switching this one out while it could still run.
@@ -278,7 +279,7 @@ mod tests {
         let rival = {
             let stop = stop.clone();
             std::thread::spawn(move || {
-                super::super::topology::pin_current_thread(&[cpu]).unwrap();
+                topology::pin_current_thread(&[cpu]).unwrap();
                 while !stop.load(Ordering::Relaxed) {
                     std::hint::spin_loop();
                 }
