@@ -7,7 +7,7 @@
 #                                                  offered rate with under 1% loss: a
 #                                                  ladder of rates, then the gap between
 #                                                  its last good and first lossy rate
-#                                                  halved 3 times
+#                                                  halved BENCH_UDP_REFINE (3) times
 # Ordo runs in each execution model (ordo-pool, ordo-inline, ordo-threaded, ordo-auto). An
 # implementation named IMPL@split runs each tunnel end's daemon on a CPU of its own (taskset:
 # A on CPU 0, B on CPU 1), as two machines would; iperf3 and the kernel still share both.

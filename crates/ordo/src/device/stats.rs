@@ -244,19 +244,24 @@ mod tests {
         );
     }
 
+    /// Thread `t`'s counter `what` (e.g. "os_sleeps"), as `ordo show` would read it.
+    fn thread_counter(s: &Stats, t: &ThreadStats, what: &str) -> u64 {
+        let key = format!("thread_{}_{}_{what}", t.name, t.tid);
+        s.counters().into_iter().find(|(k, _)| *k == key).expect("counted").1
+    }
+
     #[test]
     fn counts_the_threads_sleeps() {
         let s = Stats::default();
         let t = s.register_thread("test");
-        let sleeps = |s: &Stats| {
-            let c: std::collections::HashMap<_, _> = s.counters().into_iter().collect();
-            c[&format!("thread_test_{}_os_sleeps", t.tid)]
-        };
-        let before = sleeps(&s);
+        let before = thread_counter(&s, &t, "os_sleeps");
         for _ in 0..5 {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        assert!(sleeps(&s) >= before + 5, "each sleep is a voluntary switch");
+        assert!(
+            thread_counter(&s, &t, "os_sleeps") >= before + 5,
+            "each sleep is a voluntary switch"
+        );
     }
 
     #[test]
@@ -266,10 +271,7 @@ mod tests {
         use std::time::Duration;
         let s = Stats::default();
         let t = s.register_thread("test");
-        let preemptions = |s: &Stats| {
-            let c: std::collections::HashMap<_, _> = s.counters().into_iter().collect();
-            c[&format!("thread_test_{}_os_preemptions", t.tid)]
-        };
+        let preemptions = |s: &Stats| thread_counter(s, &t, "os_preemptions");
         let cpu = topology::allowed_cpus()[0];
         topology::pin_current_thread(&[cpu]).unwrap();
         let before = preemptions(&s);
