@@ -29,6 +29,7 @@ lint:
 
 unit:
 	$(CARGO) test --workspace --locked
+	python3 scripts/profile-classify-test.py
 
 interop: build
 	tests/install-deps.sh

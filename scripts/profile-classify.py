@@ -57,33 +57,50 @@ def bin_of(frames):
     return "user other"
 
 
+def profile(nproc, gbps, script, daemons):
+    """One implementation's row: cores per Gbit/s of the daemons (all bins), of each bin and
+    of iperf3; the idle cores; the floor (AEAD + TUN + UDP); and the ceiling in Gbit/s, the
+    rate at which `nproc` cores doing only the floor's work and iperf3's would carry it."""
+    total, bins, iperf3, idle = 0, Counter(), 0, 0
+    for pid, comm, frames in samples(script):
+        total += 1
+        if pid in daemons:
+            bins[bin_of(frames)] += 1
+        elif comm == "iperf3":
+            iperf3 += 1
+        elif comm.startswith("swapper"):
+            idle += 1
+    per = lambda n: nproc * n / max(total, 1) / max(gbps, 1e-9)
+    by_bin = [per(bins[b]) for b in BINS]
+    floor = sum(by_bin[:5])
+    return {
+        "daemons": per(sum(bins.values())),
+        "bins": by_bin,
+        "iperf3": per(iperf3),
+        "idle": nproc * idle / max(total, 1),
+        "floor": floor,
+        "ceiling": nproc / max(floor + per(iperf3), 1e-9),
+    }
+
+
 def main():
     nproc = int(sys.argv[1])
     args = sys.argv[2:]
-    rows = []
+    print("Cores per Gbit/s of one TCP flow, by where a daemon's time went (machine-wide perf samples)\n")
+    print("| implementation | Gbit/s | daemons | " + " | ".join(BINS)
+          + " | iperf3 | idle cores | AEAD + TUN + UDP | ceiling Gbit/s | share of ceiling |")
+    print("|---|" + "---|" * (len(BINS) + 7))
     for i in range(0, len(args), 4):
         name, iperf, script, pids = args[i : i + 4]
         daemons = {int(p) for p in pids.split(",") if p}
         gbps = json.load(open(iperf))["end"]["sum_received"]["bits_per_second"] / 1e9
-        total, bins, iperf3, idle = 0, Counter(), 0, 0
-        for pid, comm, frames in samples(script):
-            total += 1
-            if pid in daemons:
-                bins[bin_of(frames)] += 1
-            elif comm == "iperf3":
-                iperf3 += 1
-            elif comm.startswith("swapper"):
-                idle += 1
-        per = lambda n: nproc * n / max(total, 1) / max(gbps, 1e-9)
-        rows.append((name, gbps, per(sum(bins.values())), [per(bins[b]) for b in BINS], per(iperf3),
-                     nproc * idle / max(total, 1)))
-    print("Cores per Gbit/s of one TCP flow, by where a daemon's time went (machine-wide perf samples)\n")
-    print("| implementation | Gbit/s | daemons | " + " | ".join(BINS) + " | iperf3 | idle cores | AEAD + TUN + UDP |")
-    print("|---|" + "---|" * (len(BINS) + 5))
-    for name, gbps, daemons, b, ip3, idle in rows:
-        floor = sum(b[:5])
-        print(f"| {name} | {gbps:.2f} | {daemons:.3f} | " + " | ".join(f"{x:.3f}" for x in b)
-              + f" | {ip3:.3f} | {idle:.2f} | {floor:.3f} |")
+        r = profile(nproc, gbps, script, daemons)
+        print(f"| {name} | {gbps:.2f} | {r['daemons']:.3f} | " + " | ".join(f"{x:.3f}" for x in r["bins"])
+              + f" | {r['iperf3']:.3f} | {r['idle']:.2f} | {r['floor']:.3f} | {r['ceiling']:.2f}"
+              + f" | {gbps / r['ceiling']:.0%} |")
+    print("\nceiling: the rate at which the machine's cores would carry the flow if they did only the"
+          "\nunavoidable work of this run, AEAD + TUN + UDP and iperf3's, and never idled: what any"
+          "\nimplementation over a TUN device and kernel UDP sockets could reach here, at best.")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@
 # or receive (each with what the kernel does inside that call, e.g. the receiving TCP stack
 # inside a TUN write); other kernel time (interrupts, timers, poll, scheduling); the rest of
 # user space. Figures are cores per Gbit/s of the flow, so implementations compare directly;
-# the last column, AEAD + TUN + UDP, is what any implementation over a TUN device and kernel
-# UDP sockets pays (see BENCHMARKS.md).
+# AEAD + TUN + UDP is what any implementation over a TUN device and kernel UDP sockets pays
+# (see BENCHMARKS.md); the ceiling is the rate at which the cores would carry the flow doing
+# only that and iperf3's work, never idle, so "share of ceiling" compares implementations
+# against what this machine allows in the same run, whatever its speed that day.
 #
 #   scripts/profile-flow.sh [IMPL...]      default: ordo-inline wireguard-go
 #   IMPL: ordo-MODEL (pool, inline, threaded, auto), wireguard-go, boringtun
