@@ -62,7 +62,7 @@ impl Io for KernelIo {
         }
         let plan = {
             let packets: Vec<&[u8]> = accepted.iter().map(|&a| inner(run, a)).collect();
-            offload::plan(&packets)
+            offload::plan(&packets, tun.has_uso())
         };
         for w in plan {
             match w {

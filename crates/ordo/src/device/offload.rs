@@ -1,8 +1,9 @@
 //! TUN offloads: the virtio-net header that precedes every packet on a TUN device opened with
 //! IFF_VNET_HDR; splitting the large TCP (TSO) and UDP (USO) packets the kernel hands us into
-//! wire-sized ones; and TCP coalescing on the way to the kernel (generic receive offload done
-//! in user space): consecutive segments of one TCP flow become one large packet that the
-//! kernel takes in a single write, as it would from a NIC doing GRO.
+//! wire-sized ones; and coalescing on the way to the kernel (generic receive offload done in
+//! user space): consecutive segments of one TCP flow, or consecutive datagrams of one UDP
+//! flow, become one large packet that the kernel takes in a single write, as it would from a
+//! NIC doing GRO.
 
 /// struct virtio_net_hdr: flags, gso_type, hdr_len, gso_size, csum_start, csum_offset.
 pub const VNET_HDR_LEN: usize = 10;
@@ -14,6 +15,9 @@ const GSO_TCPV6: u8 = 4;
 const GSO_UDP_L4: u8 = 5;
 /// Largest packet the kernel takes in one write.
 const MAX_COALESCED: usize = 65535;
+/// Most datagrams merged into one UDP packet: UDP_MAX_SEGMENTS of the kernels that brought USO
+/// to TUN (later ones allow more), so every kernel that takes the packet can split it.
+const UDP_MAX_SEGMENTS: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct VnetHdr {
@@ -169,25 +173,31 @@ struct Tcp {
 const TCP_PSH: u8 = 0x08;
 const TCP_ACK: u8 = 0x10;
 
-fn tcp_of(p: &[u8]) -> Option<Tcp> {
-    let (v6, ip_len, proto) = match p.first()? >> 4 {
+/// The IP layer of a packet coalescing may merge: (IPv6?, header length, protocol). IPv4
+/// without options and IPv6 without extension headers (so headers compare simply), not a
+/// fragment, its length field true to its size.
+fn ip_of(p: &[u8]) -> Option<(bool, usize, u8)> {
+    match p.first()? >> 4 {
         4 if p.len() >= 20 => {
             let ihl = (p[0] & 0x0f) as usize * 4;
             let frag = u16::from_be_bytes([p[6], p[7]]);
-            // No options (so headers compare simply), no fragments.
             if ihl != 20 || frag & 0x3fff != 0 || u16::from_be_bytes([p[2], p[3]]) as usize != p.len() {
                 return None;
             }
-            (false, 20, p[9])
+            Some((false, 20, p[9]))
         }
         6 if p.len() >= 40 => {
             if 40 + u16::from_be_bytes([p[4], p[5]]) as usize != p.len() {
                 return None;
             }
-            (true, 40, p[6]) // extension headers: not coalesced
+            Some((true, 40, p[6]))
         }
-        _ => return None,
-    };
+        _ => None,
+    }
+}
+
+fn tcp_of(p: &[u8]) -> Option<Tcp> {
+    let (v6, ip_len, proto) = ip_of(p)?;
     if proto != 6 || p.len() < ip_len + 20 {
         return None;
     }
@@ -206,6 +216,41 @@ fn tcp_of(p: &[u8]) -> Option<Tcp> {
     })
 }
 
+/// The fields of a UDP datagram that coalescing looks at.
+#[derive(Clone, Copy)]
+struct Udp {
+    v6: bool,
+    ip_len: usize,
+    payload: usize,
+}
+
+/// A UDP datagram whose length field is true to its size.
+fn udp_of(p: &[u8]) -> Option<Udp> {
+    let (v6, ip_len, proto) = ip_of(p)?;
+    if proto != 17
+        || p.len() < ip_len + 8
+        || u16::from_be_bytes([p[ip_len + 4], p[ip_len + 5]]) as usize != p.len() - ip_len
+    {
+        return None;
+    }
+    Some(Udp {
+        v6,
+        ip_len,
+        payload: p.len() - ip_len - 8,
+    })
+}
+
+/// Whether two packets of one IP version carry the IP fields GRO requires equal: IPv6
+/// version/class/flow label, next header, hop limit, addresses; IPv4 version/IHL/TOS, flags
+/// (DF), TTL, protocol, addresses (not total length, ID or checksum).
+fn ip_same(first: &[u8], next: &[u8], v6: bool) -> bool {
+    if v6 {
+        first[0..4] == next[0..4] && first[6..40] == next[6..40]
+    } else {
+        first[0..2] == next[0..2] && first[6] == next[6] && first[8..10] == next[8..10] && first[12..20] == next[12..20]
+    }
+}
+
 /// Whether `next` continues `first`'s flow right after `prev`: same addresses, ports, ack,
 /// window, options and IP fields that GRO requires equal; the next sequence number; plain
 /// ACK (PSH allowed, it ends the packet).
@@ -216,16 +261,13 @@ fn continues(first: &[u8], ft: &Tcp, prev: &Tcp, next: &[u8], nt: &Tcp) -> bool 
     if nt.seq != prev.seq.wrapping_add(prev.payload as u32) {
         return false;
     }
-    let ip_same = if ft.v6 {
-        // version/class/flow label, next header, hop limit, addresses
-        first[0..4] == next[0..4] && first[6..40] == next[6..40]
-    } else {
-        // version/IHL/TOS, flags (DF), TTL, protocol, addresses (not total length, ID, checksum)
-        first[0..2] == next[0..2] && first[6] == next[6] && first[8..10] == next[8..10] && first[12..20] == next[12..20]
-    };
     // ports and ack number; window; options. Not sequence number, flags or checksum.
     let (a, b) = (&first[ft.ip_len..ft.hdr_len], &next[nt.ip_len..nt.hdr_len]);
-    ip_same && a[0..4] == b[0..4] && a[8..12] == b[8..12] && a[14..16] == b[14..16] && a[20..] == b[20..]
+    ip_same(first, next, ft.v6)
+        && a[0..4] == b[0..4]
+        && a[8..12] == b[8..12]
+        && a[14..16] == b[14..16]
+        && a[20..] == b[20..]
 }
 
 /// How the packets of a delivery run are written: as they are, or several merged into one.
@@ -236,29 +278,15 @@ pub enum Write {
     Coalesced(usize, usize),
 }
 
-/// Plans the writes for `packets`, in order.
-pub fn plan(packets: &[&[u8]]) -> Vec<Write> {
+/// Plans the writes for `packets`, in order. Runs of TCP segments are merged always, runs of
+/// UDP datagrams only if `udp` (the device takes USO: Linux 6.2).
+pub fn plan(packets: &[&[u8]], udp: bool) -> Vec<Write> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < packets.len() {
-        let Some(ft) = tcp_of(packets[i]).filter(|t| t.payload > 0 && t.flags & !TCP_PSH == TCP_ACK) else {
-            out.push(Write::Single(i));
-            i += 1;
-            continue;
-        };
-        let (mut j, mut prev, mut total) = (i + 1, ft, packets[i].len());
-        while j < packets.len() && prev.flags & TCP_PSH == 0 && prev.payload == ft.payload {
-            let Some(nt) = tcp_of(packets[j]) else { break };
-            if nt.payload > ft.payload
-                || total + nt.payload > MAX_COALESCED
-                || !continues(packets[i], &ft, &prev, packets[j], &nt)
-            {
-                break;
-            }
-            total += nt.payload;
-            prev = nt;
-            j += 1;
-        }
+        let j = tcp_run(packets, i)
+            .or_else(|| if udp { udp_run(packets, i) } else { None })
+            .unwrap_or(i + 1);
         out.push(if j - i > 1 {
             Write::Coalesced(i, j)
         } else {
@@ -267,6 +295,52 @@ pub fn plan(packets: &[&[u8]]) -> Vec<Write> {
         i = j;
     }
     out
+}
+
+/// The end of the run of TCP segments that starts at `i` (`i + 1` for a segment that merges
+/// with nothing after it), or None if `packets[i]` is no segment to merge.
+fn tcp_run(packets: &[&[u8]], i: usize) -> Option<usize> {
+    let ft = tcp_of(packets[i]).filter(|t| t.payload > 0 && t.flags & !TCP_PSH == TCP_ACK)?;
+    let (mut j, mut prev, mut total) = (i + 1, ft, packets[i].len());
+    while j < packets.len() && prev.flags & TCP_PSH == 0 && prev.payload == ft.payload {
+        let Some(nt) = tcp_of(packets[j]) else { break };
+        if nt.payload > ft.payload
+            || total + nt.payload > MAX_COALESCED
+            || !continues(packets[i], &ft, &prev, packets[j], &nt)
+        {
+            break;
+        }
+        total += nt.payload;
+        prev = nt;
+        j += 1;
+    }
+    Some(j)
+}
+
+/// The end of the run of UDP datagrams that starts at `i`, as the kernel's UDP GRO builds
+/// them: one flow (addresses, ports, the IP fields of [`ip_same`]), every payload the size of
+/// the first but the last, which may be shorter and ends the run. None if `packets[i]` is no
+/// datagram to merge.
+fn udp_run(packets: &[&[u8]], i: usize) -> Option<usize> {
+    let fu = udp_of(packets[i]).filter(|u| u.payload > 0)?;
+    let (mut j, mut last, mut total) = (i + 1, fu.payload, packets[i].len());
+    while j < packets.len() && last == fu.payload && j - i < UDP_MAX_SEGMENTS {
+        let Some(nu) = udp_of(packets[j]) else { break };
+        let (first, next) = (packets[i], packets[j]);
+        if nu.v6 != fu.v6
+            || nu.payload == 0
+            || nu.payload > fu.payload
+            || total + nu.payload > MAX_COALESCED
+            || !ip_same(first, next, fu.v6)
+            || first[fu.ip_len..fu.ip_len + 4] != next[nu.ip_len..nu.ip_len + 4]
+        {
+            break;
+        }
+        total += nu.payload;
+        last = nu.payload;
+        j += 1;
+    }
+    Some(j)
 }
 
 /// Builds one packet (behind its virtio-net header) from consecutive segments of a flow, as
@@ -281,46 +355,52 @@ pub fn coalesce(segments: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-/// The head of a coalesced packet: its virtio-net header and the first segment's IP and TCP
-/// headers, fixed for the whole. Written with the segments' payloads behind it (each from
-/// `hdr_len` on) in one vectored write, the payloads are never copied in user space.
+/// The head of a coalesced packet (a run [`plan`] made): its virtio-net header and the first
+/// segment's IP and TCP or UDP headers, fixed for the whole. Written with the segments'
+/// payloads behind it (each from the returned header length on) in one vectored write, the
+/// payloads are never copied in user space. The transport checksum is left partial
+/// (CHECKSUM_PARTIAL: the field holds the pseudo-header sum, not inverted), which the kernel
+/// completes per segment where it splits the packet and otherwise trusts, as it trusts
+/// kernel WireGuard's decrypted packets.
 pub fn coalesced_header(segments: &[&[u8]]) -> (Vec<u8>, usize) {
     let first = segments[0];
-    let ft = tcp_of(first).expect("planned as TCP");
-    let last = tcp_of(segments[segments.len() - 1]).expect("planned as TCP");
-    let total = ft.hdr_len + segments.iter().map(|s| s.len() - ft.hdr_len).sum::<usize>();
+    let (v6, ip_len, proto) = ip_of(first).expect("planned");
+    let (hdr_len, gso_size, csum_offset) = match tcp_of(first) {
+        Some(t) => (t.hdr_len, t.payload, 16),
+        None => {
+            let u = udp_of(first).expect("planned as TCP or UDP");
+            (u.ip_len + 8, u.payload, 6)
+        }
+    };
+    let total = hdr_len + segments.iter().map(|s| s.len() - hdr_len).sum::<usize>();
     let mut out = Vec::with_capacity(VNET_HDR_LEN + total);
     out.resize(VNET_HDR_LEN, 0);
-    out.extend_from_slice(&first[..ft.hdr_len]);
+    out.extend_from_slice(&first[..hdr_len]);
     let p = &mut out[VNET_HDR_LEN..];
-    let tcp_len = total - ft.ip_len;
-    let pseudo = if ft.v6 {
-        p[4..6].copy_from_slice(&(tcp_len as u16).to_be_bytes());
-        sum16(
-            sum16(0, &p[8..40]),
-            &[0, 0, (tcp_len >> 8) as u8, tcp_len as u8, 0, 0, 0, 6],
-        )
+    let pseudo = fix_ip(p, v6, ip_len, total, None, proto);
+    let l4 = &mut p[ip_len..];
+    if proto == 6 {
+        let last = tcp_of(segments[segments.len() - 1]).expect("planned as TCP");
+        l4[13] |= last.flags & TCP_PSH;
     } else {
-        p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        p[10..12].fill(0);
-        let c = !fold(sum16(0, &p[..20]));
-        p[10..12].copy_from_slice(&c.to_be_bytes());
-        sum16(sum16(0, &p[12..20]), &[0, 6, (tcp_len >> 8) as u8, tcp_len as u8])
+        l4[4..6].copy_from_slice(&((total - ip_len) as u16).to_be_bytes());
+    }
+    l4[csum_offset..csum_offset + 2].copy_from_slice(&fold(pseudo).to_be_bytes());
+    let gso_type = match (proto, v6) {
+        (6, false) => GSO_TCPV4,
+        (6, true) => GSO_TCPV6,
+        _ => GSO_UDP_L4,
     };
-    let t = &mut p[ft.ip_len..];
-    t[13] |= last.flags & TCP_PSH;
-    // CHECKSUM_PARTIAL: the field holds the pseudo-header sum, not inverted.
-    t[16..18].copy_from_slice(&fold(pseudo).to_be_bytes());
     VnetHdr {
         flags: F_NEEDS_CSUM,
-        gso_type: if ft.v6 { GSO_TCPV6 } else { GSO_TCPV4 },
-        hdr_len: ft.hdr_len as u16,
-        gso_size: ft.payload as u16,
-        csum_start: ft.ip_len as u16,
-        csum_offset: 16,
+        gso_type,
+        hdr_len: hdr_len as u16,
+        gso_size: gso_size as u16,
+        csum_start: ip_len as u16,
+        csum_offset: csum_offset as u16,
     }
     .write(&mut out[..VNET_HDR_LEN]);
-    (out, ft.hdr_len)
+    (out, hdr_len)
 }
 
 /// One segment's buffer: `headroom` zero bytes, the big packet's headers, the payload chunk,
@@ -333,18 +413,20 @@ fn segment_copy(headers: &[u8], chunk: &[u8], headroom: usize) -> Vec<u8> {
     s
 }
 
-/// Makes the IP header of a segment `q` its own: the length (IPv6: of everything after the
-/// fixed 40-byte header), and for IPv4 the ID and the header checksum. Returns the
-/// pseudo-header sum for the transport checksum of protocol `proto`.
-fn fix_segment_ip(q: &mut [u8], v6: bool, ip_len: usize, id: u16, proto: u8) -> u32 {
-    let total = q.len();
+/// Makes the IP header at the start of `q` that of a packet of `total` bytes: the length
+/// (IPv6: of everything after the fixed 40-byte header), for IPv4 the ID if one is given and
+/// the header checksum. Returns the pseudo-header sum for the transport checksum of protocol
+/// `proto`.
+fn fix_ip(q: &mut [u8], v6: bool, ip_len: usize, total: usize, id: Option<u16>, proto: u8) -> u32 {
     let l4 = total - ip_len;
     if v6 {
         q[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
         sum16(sum16(0, &q[8..40]), &[0, 0, (l4 >> 8) as u8, l4 as u8, 0, 0, 0, proto])
     } else {
         q[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-        q[4..6].copy_from_slice(&id.to_be_bytes());
+        if let Some(id) = id {
+            q[4..6].copy_from_slice(&id.to_be_bytes());
+        }
         q[10..12].fill(0);
         let c = !fold(sum16(0, &q[..ip_len]));
         q[10..12].copy_from_slice(&c.to_be_bytes());
@@ -388,7 +470,7 @@ pub fn segment_uso(h: &VnetHdr, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>
         let mut s = segment_copy(&p[..hdr], chunk, headroom);
         let q = &mut s[headroom..];
         let udp_len = q.len() - ip_len;
-        let pseudo = fix_segment_ip(q, v6, ip_len, id.wrapping_add(i as u16), 17);
+        let pseudo = fix_ip(q, v6, ip_len, q.len(), Some(id.wrapping_add(i as u16)), 17);
         let u = &mut q[ip_len..];
         u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
         u[6..8].fill(0);
@@ -432,7 +514,7 @@ pub fn segment_tso(h: &VnetHdr, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>
     for (i, chunk) in payload.chunks(h.gso_size as usize).enumerate() {
         let mut s = segment_copy(&p[..hdr], chunk, headroom);
         let q = &mut s[headroom..];
-        let pseudo = fix_segment_ip(q, v6, ip_len, id.wrapping_add(i as u16), 6);
+        let pseudo = fix_ip(q, v6, ip_len, q.len(), Some(id.wrapping_add(i as u16)), 6);
         let t = &mut q[ip_len..];
         t[4..8].copy_from_slice(&seq.wrapping_add((i * h.gso_size as usize) as u32).to_be_bytes());
         // FIN and PSH belong to the last segment, CWR to the first.
@@ -505,7 +587,7 @@ mod tests {
         let syn = seg(1, &[], 0x02);
         let pkts = vec![a, b, c, d, gap, syn];
         assert_eq!(
-            plan(&refs(&pkts)),
+            plan(&refs(&pkts), true),
             vec![
                 Write::Coalesced(0, 3),
                 Write::Single(3),
@@ -559,14 +641,17 @@ mod tests {
         b[22..24].copy_from_slice(&40001u16.to_be_bytes()); // another port
         let mut c = seg(1100, &[2; 100], TCP_ACK);
         c[28..32].copy_from_slice(&8u32.to_be_bytes()); // another ack
-        assert_eq!(plan(&refs(&[a.clone(), b])), vec![Write::Single(0), Write::Single(1)]);
-        assert_eq!(plan(&refs(&[a, c])), vec![Write::Single(0), Write::Single(1)]);
+        assert_eq!(
+            plan(&refs(&[a.clone(), b]), true),
+            vec![Write::Single(0), Write::Single(1)]
+        );
+        assert_eq!(plan(&refs(&[a, c]), true), vec![Write::Single(0), Write::Single(1)]);
     }
 
     #[test]
     fn size_limit_splits_long_runs() {
         let pkts: Vec<Vec<u8>> = (0..100u32).map(|i| seg(i * 1000, &[0; 1000], TCP_ACK)).collect();
-        let p = plan(&refs(&pkts));
+        let p = plan(&refs(&pkts), true);
         assert_eq!(p[0], Write::Coalesced(0, 65), "40 + 65 x 1000 bytes fits in 65535");
         assert_eq!(p[1], Write::Coalesced(65, 100));
     }
@@ -780,5 +865,154 @@ mod tests {
             !complete_checksum(&bad, &mut p),
             "out-of-range offsets are refused, not trusted"
         );
+    }
+
+    /// A UDP datagram from 10.0.0.1:5000 to 10.0.0.2:`dport` (or fd99::1 to fd99::2) with
+    /// valid checksums; IPv4 ID `id`, DF set.
+    fn dgram(v6: bool, id: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+        let ip_len = if v6 { 40 } else { 20 };
+        let total = ip_len + 8 + payload.len();
+        let mut p = vec![0u8; total];
+        if v6 {
+            p[0] = 0x60;
+            p[6] = 17;
+            p[7] = 64;
+            p[8..10].copy_from_slice(&[0xfd, 0x99]);
+            p[23] = 1;
+            p[24..26].copy_from_slice(&[0xfd, 0x99]);
+            p[39] = 2;
+        } else {
+            p[0] = 0x45;
+            p[4..6].copy_from_slice(&id.to_be_bytes());
+            p[6] = 0x40;
+            p[8] = 64;
+            p[9] = 17;
+            p[12..20].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        }
+        let q = &mut p[ip_len..];
+        q[0..2].copy_from_slice(&5000u16.to_be_bytes());
+        q[2..4].copy_from_slice(&dport.to_be_bytes());
+        q[8..].copy_from_slice(payload);
+        let pseudo = fix_ip(&mut p, v6, ip_len, total, None, 17);
+        p[ip_len + 4..ip_len + 6].copy_from_slice(&((total - ip_len) as u16).to_be_bytes());
+        let c = !fold(sum16(pseudo, &p[ip_len..]));
+        p[ip_len + 6..ip_len + 8].copy_from_slice(&c.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn udp_runs_follow_the_kernels_gro_rules() {
+        let d = |id: u16, port: u16, len: usize| dgram(false, id, port, &vec![id as u8; len]);
+        // Equal sizes merge; a shorter one ends the run; a larger one after it starts anew.
+        let pkts = vec![
+            d(1, 6000, 100),
+            d(2, 6000, 100),
+            d(3, 6000, 40),
+            d(4, 6000, 100),
+            d(5, 6000, 100),
+        ];
+        assert_eq!(
+            plan(&refs(&pkts), true),
+            vec![Write::Coalesced(0, 3), Write::Coalesced(3, 5)]
+        );
+        assert_eq!(
+            plan(&refs(&pkts), false),
+            (0..5).map(Write::Single).collect::<Vec<_>>(),
+            "without USO on the device, UDP is written as it came"
+        );
+        // Another port, a larger datagram, an empty one: each apart.
+        let pkts = vec![
+            d(1, 6000, 100),
+            d(2, 6001, 100),
+            d(3, 6001, 200),
+            d(4, 6001, 0),
+            d(5, 6001, 0),
+        ];
+        assert_eq!(plan(&refs(&pkts), true), (0..5).map(Write::Single).collect::<Vec<_>>());
+        // Another TTL, and a fragment (MF set): apart.
+        let mut ttl = d(2, 6000, 100);
+        ttl[8] = 63;
+        let mut frag = d(2, 6000, 100);
+        frag[6] |= 0x20;
+        assert_eq!(
+            plan(&refs(&[d(1, 6000, 100), ttl]), true),
+            vec![Write::Single(0), Write::Single(1)]
+        );
+        assert_eq!(
+            plan(&refs(&[d(1, 6000, 100), frag]), true),
+            vec![Write::Single(0), Write::Single(1)]
+        );
+        // A length field that lies: apart.
+        let mut lie = d(2, 6000, 100);
+        lie[25] ^= 1;
+        assert_eq!(
+            plan(&refs(&[d(1, 6000, 100), lie]), true),
+            vec![Write::Single(0), Write::Single(1)]
+        );
+        // At most UDP_MAX_SEGMENTS datagrams, and at most 65,535 bytes, per write.
+        let many: Vec<Vec<u8>> = (0..100).map(|i| d(i, 6000, 10)).collect();
+        assert_eq!(
+            plan(&refs(&many), true),
+            vec![Write::Coalesced(0, 64), Write::Coalesced(64, 100)]
+        );
+        let big: Vec<Vec<u8>> = (0..50).map(|i| d(i, 6000, 1400)).collect();
+        assert_eq!(
+            plan(&refs(&big), true),
+            vec![Write::Coalesced(0, 46), Write::Coalesced(46, 50)]
+        );
+        // TCP and UDP side by side each keep to their own runs.
+        let tcp = seg(1000, &[1; 100], TCP_ACK);
+        let mixed = vec![d(1, 6000, 100), d(2, 6000, 100), tcp, d(3, 6000, 100)];
+        assert_eq!(
+            plan(&refs(&mixed), true),
+            vec![Write::Coalesced(0, 2), Write::Single(2), Write::Single(3)]
+        );
+    }
+
+    #[test]
+    fn coalesced_udp_splits_back_into_the_datagrams_it_was_made_of() {
+        for v6 in [false, true] {
+            let ip_len = if v6 { 40 } else { 20 };
+            let pkts: Vec<Vec<u8>> = (0..5u16)
+                .map(|i| {
+                    let len = if i == 4 { 333 } else { 1000 };
+                    let payload: Vec<u8> = (0..len).map(|k| (k as u16 * 3 + i) as u8).collect();
+                    dgram(v6, 7 + i, 6000, &payload)
+                })
+                .collect();
+            assert_eq!(plan(&refs(&pkts), true), vec![Write::Coalesced(0, 5)]);
+            let out = coalesce(&refs(&pkts));
+            let h = VnetHdr::parse(&out);
+            assert_eq!(
+                h,
+                VnetHdr {
+                    flags: F_NEEDS_CSUM,
+                    gso_type: GSO_UDP_L4,
+                    hdr_len: (ip_len + 8) as u16,
+                    gso_size: 1000,
+                    csum_start: ip_len as u16,
+                    csum_offset: 6
+                }
+            );
+            let p = &out[VNET_HDR_LEN..];
+            assert_eq!(p.len(), ip_len + 8 + 4333);
+            assert_eq!(
+                u16::from_be_bytes([p[ip_len + 4], p[ip_len + 5]]) as usize,
+                8 + 4333,
+                "UDP length of the whole"
+            );
+            if !v6 {
+                assert_eq!(fold(sum16(0, &p[..20])), 0xffff, "IPv4 header checksum");
+            }
+            // The partial checksum completes to the checksum of the whole datagram...
+            let mut whole = p.to_vec();
+            assert!(complete_checksum(&h, &mut whole));
+            assert!(udp_checksum_ok(&whole, ip_len, v6), "checksum of the whole");
+            // ...and the kernel's split (segment_uso does what it does) gives back every
+            // datagram byte for byte: headers, IDs, lengths, checksums, payloads.
+            let mut back = Vec::new();
+            assert!(segment(&h, p, 0, &mut back));
+            assert_eq!(back, pkts);
+        }
     }
 }
