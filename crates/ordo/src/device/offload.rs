@@ -373,7 +373,8 @@ pub fn coalesced_header(segments: &[&[u8]]) -> (Vec<u8>, usize) {
         }
     };
     let total = hdr_len + segments.iter().map(|s| s.len() - hdr_len).sum::<usize>();
-    let mut out = Vec::with_capacity(VNET_HDR_LEN + total);
+    // Room for the headers only: the payloads go out from where they lie.
+    let mut out = Vec::with_capacity(VNET_HDR_LEN + hdr_len);
     out.resize(VNET_HDR_LEN, 0);
     out.extend_from_slice(&first[..hdr_len]);
     let p = &mut out[VNET_HDR_LEN..];
