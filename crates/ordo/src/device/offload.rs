@@ -343,9 +343,10 @@ fn udp_run(packets: &[&[u8]], i: usize) -> Option<usize> {
     Some(j)
 }
 
-/// Builds one packet (behind its virtio-net header) from consecutive segments of a flow, as
-/// the kernel's GRO would: the first segment's headers, every payload, the lengths fixed, PSH
-/// from the last, and a partial checksum the kernel finishes or trusts.
+/// Builds one packet (behind its virtio-net header) from a run [`plan`] made, as the kernel's
+/// GRO would: the first segment's headers, every payload, the lengths fixed (TCP: PSH from the
+/// last), and a partial checksum the kernel finishes or trusts. The tests' whole-packet view of
+/// [`coalesced_header`].
 #[cfg(test)]
 pub fn coalesce(segments: &[&[u8]]) -> Vec<u8> {
     let (mut out, hdr_len) = coalesced_header(segments);
