@@ -381,14 +381,15 @@ impl Interface {
     /// their peer's, with the peer's queue: a moved peer's until its sessions of before the
     /// move are gone. The device adds them to its steering program as exceptions, so that a
     /// move takes effect at once instead of with the move's handshake. Sorted by index.
-    pub fn steering_overrides(&self) -> Vec<(u32, u32)> {
+    pub fn steering_overrides(&self) -> Vec<steering::SteeringException> {
         if self.queues <= 1 {
             return Vec::new();
         }
-        let mut v: Vec<(u32, u32)> = (self.indices.iter())
-            .filter_map(|(&index, id)| {
+        let mut v: Vec<steering::SteeringException> = (self.indices.iter())
+            .filter_map(|(&receiver, id)| {
                 let queue = self.peers.get(id)?.queue;
-                (steering::queue_of_index(index, self.queues) != queue).then_some((index, queue))
+                (steering::queue_of_index(receiver, self.queues) != queue)
+                    .then_some(steering::SteeringException { receiver, queue })
             })
             .collect();
         v.sort_unstable();

@@ -2,7 +2,7 @@
 //!
 //! In the inline model every core has its own UDP socket and a peer's packets must arrive on
 //! the core assigned to the peer. The kernel picks the socket by running a small program over
-//! each datagram (see the device's `steer.rs`); that program can read the message but not
+//! each datagram (the kernel UDP port's `steer.rs`); that program can read the message but not
 //! look anything up, so the assignment is written into the one field we choose and the peer
 //! echoes: our receiver index. Its low byte, modulo the number of queues, names the queue.
 //! Changing a peer's queue takes effect by the rule with its next session (the core starts a
@@ -10,6 +10,14 @@
 //! (`Interface::steering_overrides`).
 
 use crate::messages::{TYPE_COOKIE_REPLY, TYPE_DATA, TYPE_RESPONSE};
+
+/// A receiver index steered to another queue than its own by the rule: a moved peer's index,
+/// until its sessions of before the move are gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SteeringException {
+    pub receiver: u32,
+    pub queue: u32,
+}
 
 /// Most queues the scheme can tell apart (one byte of the index).
 pub const MAX_QUEUES: u32 = 256;
@@ -41,6 +49,14 @@ pub fn receiver_offset(message_type: u8) -> Option<usize> {
         TYPE_RESPONSE => Some(8),
         _ => None,
     }
+}
+
+/// Our receiver index in a datagram a peer sent us: None for an initiation (it carries only
+/// the peer's index) and for anything too short to say.
+pub fn receiver_of_message(datagram: &[u8]) -> Option<u32> {
+    let at = receiver_offset(*datagram.first()?)?;
+    let bytes = datagram.get(at..at + 4)?;
+    Some(u32::from_le_bytes(bytes.try_into().expect("4 bytes")))
 }
 
 /// The queue a datagram belongs on, as the kernel-side program computes it: None where any
@@ -78,6 +94,8 @@ mod tests {
         let mut resp = vec![TYPE_RESPONSE, 0, 0, 0, 9, 9, 9, 9];
         resp.extend_from_slice(&index.to_le_bytes());
         assert_eq!(queue_of_message(&resp, 4), Some(3));
+        assert_eq!(receiver_of_message(&resp), Some(index));
+        assert_eq!(receiver_of_message(&[TYPE_RESPONSE, 0, 0, 0, 9, 9, 9, 9, 1]), None);
         assert_eq!(queue_of_message(&[1, 0, 0, 0, 3, 0, 0, 0], 4), None);
         assert_eq!(queue_of_message(&[TYPE_DATA, 0], 4), None);
         assert_eq!(queue_of_message(&[], 4), None);

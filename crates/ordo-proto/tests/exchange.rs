@@ -674,10 +674,10 @@ fn a_peer_moved_during_the_rate_limit_is_rekeyed_when_it_ends() {
     n.pump();
     assert_eq!(n.initiations_from_a(), before, "still inside the rate limit");
     // Until then the device steers the session's index, of queue 0, to queue 1 by exception
-    // (the device's steer.rs).
+    // (the kernel UDP port's steer.rs).
     let overrides = n.a.steering_overrides();
     assert_eq!(overrides.len(), 1, "{overrides:?}");
-    assert_eq!((queue_of_index(overrides[0].0, 2), overrides[0].1), (0, 1));
+    assert_eq!((queue_of_index(overrides[0].receiver, 2), overrides[0].queue), (0, 1));
     n.advance(REKEY_TIMEOUT - Duration::from_secs(1) - Duration::from_millis(1));
     assert_eq!(n.initiations_from_a(), before, "not before the limit ends");
     n.advance(Duration::from_millis(1));

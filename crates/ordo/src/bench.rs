@@ -17,10 +17,13 @@
 //! that many CPUs with as much work per thread, and interleaves their rounds: how the plane
 //! scales is then a ratio of figures taken a moment apart, not of two runs minutes apart.
 
-use crate::device::batch::{Datagram, BATCH, READ_BATCH};
-use crate::device::model::{Model, Plan, PlaneConfig};
-use crate::device::pipeline::{Ctx, DataPlane, InboundBatch, Io};
-use crate::device::topology::Cpus;
+use crate::host::topology::{self, Cpus};
+use crate::inner::memory::MemoryInner;
+use crate::outer::memory::MemoryOuter;
+use crate::placement::model::{Model, Plan, PlaneConfig};
+use crate::plane::{Ctx, DataPlane};
+use crate::port::{buffers, Datagram, BATCH};
+use crate::threads::READ_BATCH;
 use anyhow::{bail, Result};
 use ordo_proto::messages::DATA_HEADER_LEN;
 use ordo_proto::{Interface, PrivateKey, Sent, SEND_HEADROOM};
@@ -28,39 +31,19 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
 use serde::Serialize;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-/// Counts what the data plane sends and delivers; keeps nothing.
-#[derive(Default)]
-struct MemIo {
-    sent: AtomicU64,
-    sent_bytes: AtomicU64,
-    delivered: AtomicU64,
-    delivered_bytes: AtomicU64,
-}
-
-impl Io for MemIo {
-    fn write_inner(&self, _: &DataPlane<Self>, _: usize, _: &mut [InboundBatch], accepted: &[(usize, usize, usize)]) {
-        self.delivered.fetch_add(accepted.len() as u64, Ordering::Relaxed);
-        self.delivered_bytes
-            .fetch_add(accepted.iter().map(|a| a.2 as u64).sum(), Ordering::Relaxed);
-    }
-
-    fn send_outer(&self, _: usize, _: SocketAddr, payloads: &[&[u8]]) -> usize {
-        self.sent.fetch_add(payloads.len() as u64, Ordering::Relaxed);
-        self.sent_bytes
-            .fetch_add(payloads.iter().map(|p| p.len() as u64).sum(), Ordering::Relaxed);
-        payloads.len()
-    }
-}
+/// The data plane under test: over in-memory ports that count what it sends and delivers
+/// and keep nothing, through the same traits as TUN and UDP.
+type MemPlane = DataPlane<MemoryInner, MemoryOuter>;
 
 #[derive(Clone)]
 pub struct Options {
     pub model: Model,
     /// The machine's topology; None: read from /sys (tests inject a fake one).
-    pub topology: Option<crate::device::topology::Topology>,
+    pub topology: Option<topology::Topology>,
     pub peers: usize,
     /// Inner packet size in bytes (IPv4 UDP).
     pub size: usize,
@@ -153,7 +136,7 @@ const SERVER_IP: [u8; 4] = [10, 0, 0, 1];
 
 /// The open round carves its messages from buffers of this size: a fresh slot of the
 /// receive stage's (see `batch::Receiver`).
-const SLOT_BYTES: usize = crate::device::batch::SLOT_RECEIVES * crate::device::MAX_PACKET;
+const SLOT_BYTES: usize = crate::outer::udp::batch::SLOT_RECEIVES * crate::port::MAX_PACKET;
 
 /// The ceiling: `size`-byte packets sealed (or opened) in a plain loop, `each` packets on each
 /// of `cpus` by a thread pinned there, all at once; Gbit/s of inner packets, timed like a
@@ -169,7 +152,7 @@ fn aead_ceiling(size: usize, open: bool, cpus: &[usize], each: usize) -> f64 {
                 std::thread::Builder::new()
                     .name(format!("ceiling{cpu}"))
                     .spawn_scoped(scope, move || {
-                        let _ = crate::device::topology::pin_current_thread(&[cpu]);
+                        let _ = topology::pin_current_thread(&[cpu]);
                         aead_loop(size, open, each, ready)
                     })
                     .expect("spawn an AEAD loop")
@@ -223,7 +206,7 @@ fn aead_loop(size: usize, open: bool, count: usize, ready: &Barrier) -> Duration
 /// interleaves their rounds.
 struct Bench {
     o: Options,
-    plane: Arc<DataPlane<MemIo>>,
+    plane: Arc<MemPlane>,
     clients: Vec<(Interface, SocketAddr)>,
     /// Each peer's queue: the dispatcher that carries it (the kernel's steering).
     queue_of: Vec<usize>,
@@ -288,7 +271,10 @@ impl Bench {
         } else {
             vec![plan.io_cpus.clone()]
         };
-        let plane = DataPlane::new(core, MemIo::default(), plan);
+        let queues = plan.queues.len();
+        let inner = MemoryInner::counting(queues)?;
+        let outer = MemoryOuter::new("192.0.2.1:51820".parse().unwrap(), queues)?;
+        let plane = DataPlane::new(core, inner, outer, plan);
         plane.start();
 
         // Real handshakes, in memory: each client initiates and confirms its session.
@@ -365,7 +351,7 @@ impl Bench {
         let o = &self.o;
         let round = self.seal_rounds.len() as u64 + 1;
         let plane = &self.plane;
-        let sent = || plane.io.sent.load(Ordering::Relaxed) >= round * o.packets as u64;
+        let sent = || plane.outer.sent() >= round * o.packets as u64;
         let took = seal_round(
             plane,
             o,
@@ -399,7 +385,7 @@ impl Bench {
             bail!("bench: the peers could not seal every message");
         }
         let plane = &self.plane;
-        let delivered = || plane.io.delivered.load(Ordering::Relaxed) >= round * o.packets as u64;
+        let delivered = || plane.inner.delivered() >= round * o.packets as u64;
         let took = open_round(plane, messages, &self.dispatcher_cpus, delivered)?;
         self.open_rounds
             .push(phase("open", o, self.crypto_threads, took, &self.ceiling_cpus));
@@ -415,7 +401,7 @@ impl Bench {
         // Every packet went through the replay window and allowed-IPs check and was delivered.
         let dropped: u64 = plane.core().stats.drops.values().sum();
         let expected = (self.open_rounds.len() * o.packets) as u64;
-        if dropped != 0 || plane.io.delivered.load(Ordering::Relaxed) != expected {
+        if dropped != 0 || plane.inner.delivered() != expected {
             bail!("bench: {dropped} packets were dropped; the figures would not be honest");
         }
         let counters = plane.stats.counters();
@@ -431,15 +417,15 @@ impl Bench {
             .iter()
             .filter(|t| t.name.starts_with("worker"))
             .map(|t| {
-                let cpus = crate::device::topology::thread_cpus(t.tid).unwrap_or_default();
-                (t.name.clone(), crate::device::topology::format_cpu_list(&cpus))
+                let cpus = topology::thread_cpus(t.tid).unwrap_or_default();
+                (t.name.clone(), topology::format_cpu_list(&cpus))
             })
             .collect();
         Ok(Report {
             model: o.model.name(),
             peers: o.peers,
             size: o.size,
-            cpus: crate::device::topology::format_cpu_list(&plane.plan.cpus),
+            cpus: topology::format_cpu_list(&plane.plan.cpus),
             workers: plane.workers(),
             dispatchers: self.dispatcher_cpus.len(),
             crypto_threads: self.crypto_threads,
@@ -477,12 +463,12 @@ pub fn run(o: &Options) -> Result<Report> {
 /// this shared machine's speed moved by more than the effect measured.
 pub fn compare(o: &Options, threads: &[usize]) -> Result<Comparison> {
     check(o)?;
-    let allowed = crate::device::topology::allowed_cpus();
+    let allowed = topology::allowed_cpus();
     if threads.is_empty() || threads.iter().any(|&n| n == 0 || n > allowed.len()) {
         bail!(
             "bench: --threads takes thread counts from 1 to {} (the CPUs this process may use: {})",
             allowed.len(),
-            crate::device::topology::format_cpu_list(&allowed)
+            topology::format_cpu_list(&allowed)
         );
     }
     let first = threads[0];
@@ -532,7 +518,7 @@ pub fn compare(o: &Options, threads: &[usize]) -> Result<Comparison> {
 }
 
 /// Runs the placement decisions while the flag is set, as the device's timer thread does.
-fn place_while(plane: &DataPlane<MemIo>, running: &AtomicBool) {
+fn place_while(plane: &MemPlane, running: &AtomicBool) {
     while running.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
         let _ = plane.rebalance(Instant::now(), SystemTime::now());
@@ -612,7 +598,7 @@ fn median_phase(rounds: &[Phase]) -> Phase {
 /// the plane has put out the round's last packet. The auto model's placement runs alongside,
 /// as the device's timer thread runs it.
 fn round<T>(
-    plane: &Arc<DataPlane<MemIo>>,
+    plane: &Arc<MemPlane>,
     count: usize,
     dispatcher_cpus: &[Cpus],
     prepare: impl Fn(usize) -> T + Sync,
@@ -631,7 +617,7 @@ fn round<T>(
                     .name(format!("bench{d}"))
                     .spawn_scoped(scope, move || {
                         if let Some(cpus) = dispatcher_cpus.get(d) {
-                            let _ = crate::device::topology::pin_current_thread(cpus);
+                            let _ = topology::pin_current_thread(cpus);
                         }
                         let ctx = plane.register(&format!("bench{d}"), d);
                         let input = prepare(d);
@@ -657,7 +643,7 @@ fn round<T>(
 /// peers of its queue (copying each packet into a buffer of its thread's, as a read from TUN
 /// does), as many per turn as the device's reader takes.
 fn seal_round(
-    plane: &Arc<DataPlane<MemIo>>,
+    plane: &Arc<MemPlane>,
     o: &Options,
     (count, queue_of): (usize, &[usize]),
     dispatcher_cpus: &[Cpus],
@@ -682,7 +668,7 @@ fn seal_round(
         while made < total {
             for _ in 0..per_turn.min(total - made) {
                 let t = &templates[own[made % own.len()]];
-                let mut b = crate::device::buffers::take(DATA_HEADER_LEN + t.len() + 32);
+                let mut b = buffers::take(DATA_HEADER_LEN + t.len() + 32);
                 b.resize(DATA_HEADER_LEN, 0);
                 b.extend_from_slice(t);
                 batch.push(b);
@@ -701,7 +687,7 @@ fn seal_round(
 /// allocation per message cost two threads a page fault and a free per message, which
 /// held two threads' open at 1.56x-1.77x one thread's while seal made 1.9x.
 fn open_round(
-    plane: &Arc<DataPlane<MemIo>>,
+    plane: &Arc<MemPlane>,
     messages: Vec<Vec<Datagram>>,
     dispatcher_cpus: &[Cpus],
     done: impl Fn() -> bool,
@@ -829,7 +815,7 @@ mod tests {
     /// 1,000 packets each way go to nodes 0, 1, 0: the workers carry exactly 2,000 and 1,000.
     #[test]
     fn a_peer_stays_on_one_numa_node() {
-        let cpus = crate::device::topology::allowed_cpus();
+        let cpus = topology::allowed_cpus();
         if cpus.len() < 2 {
             eprintln!("skipped: needs two CPUs");
             return;
@@ -841,7 +827,7 @@ mod tests {
             std::fs::create_dir_all(&d).unwrap();
             std::fs::write(d.join("cpulist"), format!("{c}\n")).unwrap();
         }
-        let topology = crate::device::topology::Topology::from_sysfs(&dir).unwrap();
+        let topology = topology::Topology::from_sysfs(&dir).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         let r = run(&Options {
             model: Model::Pool,
@@ -872,7 +858,7 @@ mod tests {
     /// packets, all of them delivered; the first is the measure of the others.
     #[test]
     fn compare_gives_each_thread_the_same_work() {
-        let cpus = crate::device::topology::allowed_cpus();
+        let cpus = topology::allowed_cpus();
         let threads: Vec<usize> = if cpus.len() >= 2 { vec![1, 2] } else { vec![1] };
         let o = Options {
             model: Model::Inline,
@@ -887,7 +873,7 @@ mod tests {
         assert_eq!(c.planes.len(), threads.len());
         for ((r, x), &n) in c.planes.iter().zip(&c.scaling).zip(&threads) {
             assert_eq!((r.peers, r.crypto_threads, x.crypto_threads), (n, n, n));
-            assert_eq!(r.cpus, crate::device::topology::format_cpu_list(&cpus[..n]));
+            assert_eq!(r.cpus, topology::format_cpu_list(&cpus[..n]));
             assert_eq!(r.stages["stage_encrypt_packets"], 2 * 2000 * n as u64);
             assert_eq!(r.stages["stage_deliver_inbound_packets"], 2 * 2000 * n as u64);
             assert!(x.seal_vs_first > 0.0 && x.open_vs_first > 0.0);

@@ -2,8 +2,8 @@
 //! into the background and returns only once the UAPI socket answers; `ordo -f IFNAME` stays
 //! in the foreground. Privileges are dropped once the interface and sockets exist.
 
-use crate::device::model::PlaneConfig;
 use crate::device::Device;
+use crate::placement::model::PlaneConfig;
 use crate::uapi;
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, Write};

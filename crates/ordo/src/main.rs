@@ -11,7 +11,7 @@
 //! ordo loadgen setup|run|sink ...                      # N WireGuard clients against a server
 //! ```
 
-use ordo::device::model::{Model, PlaneConfig, SETTINGS};
+use ordo::placement::model::{Model, PlaneConfig, SETTINGS};
 use ordo::{bench, daemon, loadgen, quick, show, uapi};
 
 use anyhow::{bail, Context, Result};

@@ -4,8 +4,8 @@
 
 use crate::config::wgquick::{self, Table, WgQuickConfig};
 use crate::daemon;
-use crate::device::model::PlaneConfig;
 use crate::netconf::Netlink;
+use crate::placement::model::PlaneConfig;
 use crate::uapi::client;
 use anyhow::{bail, Context, Result};
 use std::fmt::Write;

@@ -23,7 +23,7 @@ pub struct PeerShow {
     pub placement: Option<Placement>,
 }
 
-/// A peer's place in the data plane (see device/peers.rs).
+/// A peer's place in the data plane (see `crate::placement`).
 #[derive(Serialize, Default, Debug, PartialEq)]
 pub struct Placement {
     /// Its receive queue (inline, auto) and that queue's CPU(s).

@@ -1,7 +1,7 @@
 //! The wg-quick configuration format: an [Interface] section and [Peer] sections of
 //! `Key = Value` lines. Every error names the file, the line and what is wrong.
 
-use crate::device::model::{PlaneConfig, SETTINGS};
+use crate::placement::model::{PlaneConfig, SETTINGS};
 use ipnet::IpNet;
 use ordo_proto::{PresharedKey, PrivateKey, PublicKey};
 use std::fmt;

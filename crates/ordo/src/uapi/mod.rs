@@ -4,8 +4,8 @@
 pub mod client;
 pub mod protocol;
 
-use crate::device::model::Model;
 use crate::device::Device;
+use crate::placement::model::Model;
 use ordo_proto::DropReason;
 use protocol::{AllowedIpChange, DeviceView, Operation, PeerView, SetPlan, UapiError};
 use std::io::{self, BufRead, BufReader, Write};
@@ -186,24 +186,15 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
         .iter()
         .map(|r| (format!("drop_{}", r.name()), core.stats.dropped(*r)))
         .collect();
-    let io = device.counters();
+    // The ports' own: their errors, the drops the kernel counted before Ordo saw a packet,
+    // the offloads in use.
+    c.extend(
+        device
+            .port_counters()
+            .into_iter()
+            .map(|p| (p.name.to_string(), p.value)),
+    );
     for (name, value) in [
-        ("drop_tun_write_error", io.tun_write_errors.load(Ordering::Relaxed)),
-        ("drop_udp_send_error", io.udp_send_errors.load(Ordering::Relaxed)),
-        // Counted by the kernel before Ordo saw the packet (see device/osdrops.rs).
-        (
-            "drop_os_tun_queue_full",
-            crate::device::osdrops::tun_queue_drops(device.tun().name()).unwrap_or(0),
-        ),
-        (
-            "drop_os_udp_receive_buffer",
-            crate::device::osdrops::udp_receive_drops(device.listen_port()),
-        ),
-        ("tun_writes", io.tun_writes.load(Ordering::Relaxed)),
-        (
-            "tun_coalesced_packets",
-            io.tun_coalesced_packets.load(Ordering::Relaxed),
-        ),
         ("handshakes_initiated", core.stats.handshakes_initiated),
         ("handshakes_completed", core.stats.handshakes_completed),
         ("cookie_replies_sent", core.stats.cookie_replies_sent),
@@ -215,8 +206,7 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
         c.push((name.to_string(), value));
     }
     c.push(("workers".to_string(), device.workers() as u64));
-    c.push(("queues".to_string(), device.sockets().len() as u64));
-    // How each queue's CPU fared at the last placement (cpuload.rs): what else kept it busy,
+    // How each queue's CPU fared at the last placement (`host::cpuload`): what else kept it busy,
     // how idle it was, and how long the queue's thread waited for it.
     let plan = &device.plane.plan;
     if plan.model.has_queues() {
@@ -228,18 +218,13 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
             c.push((format!("queue{q}_cpu{cpu}_thread_wait_permille"), milli(seen.wait)));
         }
         // Whether each queue's thread is released from its CPU under contention, and how
-        // often it was (device/affinity.rs).
+        // often it was (`placement::affinity`).
         for (q, a) in device.plane.queue_affinity().iter().enumerate() {
             let cpu = plan.queues[q];
             c.push((format!("queue{q}_cpu{cpu}_released"), a.is_released() as u64));
             c.push((format!("queue{q}_cpu{cpu}_releases"), a.releases));
         }
     }
-    let sockets = &device.sockets()[0];
-    c.push(("udp_gso".to_string(), sockets.gso.load(Ordering::Relaxed) as u64));
-    c.push(("udp_gro".to_string(), sockets.gro as u64));
-    c.push(("tun_tso".to_string(), device.tun().has_tso() as u64));
-    c.push(("tun_uso".to_string(), device.tun().has_uso() as u64));
     c.extend(device.stats().counters());
     c
 }
@@ -264,9 +249,9 @@ pub fn placement_lines(device: &Device) -> String {
             let q = p.queue as usize % plan.queues.len();
             let released = affinity.get(q).is_some_and(|a| a.is_released());
             let cpus = plan.queue_thread_cpus(q, released);
-            (q, crate::device::topology::format_cpu_list(&cpus))
+            (q, crate::host::topology::format_cpu_list(&cpus))
         } else {
-            (0, crate::device::topology::format_cpu_list(&plan.io_cpus))
+            (0, crate::host::topology::format_cpu_list(&plan.io_cpus))
         };
         let node = if spread {
             plan.pools.get(pool).map_or(0, |(n, _)| *n)

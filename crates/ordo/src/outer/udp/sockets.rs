@@ -66,7 +66,7 @@ impl Sockets {
 
     /// Binds `queues` socket pairs on one port (0: any free port, the same for all). With
     /// more than one, they form SO_REUSEPORT groups whose datagrams are steered to the
-    /// queue that our receiver index names (steer.rs).
+    /// queue that our receiver index names (see `steer`).
     pub fn bind_queues(port: u16, fwmark: u32, queues: usize) -> io::Result<Vec<Sockets>> {
         let queues = queues.max(1);
         let reuse = queues > 1;

@@ -7,6 +7,7 @@
 //! own hash, which is fine: those are initiations and garbage, that any queue may take.
 
 use ordo_proto::messages::TYPE_RESPONSE;
+use ordo_proto::steering::SteeringException;
 use std::io;
 use std::os::fd::AsRawFd;
 
@@ -28,11 +29,11 @@ fn op(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 pub const MAX_EXCEPTIONS: usize = 1024;
 
 /// The program: the receiver index (at 8 in a response, at 4 otherwise); first the
-/// exceptions, each (index, queue) sending that index to that queue; then the rule, the
+/// exceptions, each sending its receiver index to its queue; then the rule, the
 /// index's low byte modulo the number of queues (`ordo_proto::steering::queue_of_message`).
 /// Exceptions are how a peer moved to another queue gets its datagrams there at once: its
 /// session's index still names the old queue (`Interface::steering_overrides`).
-pub fn program(queues: u32, exceptions: &[(u32, u32)]) -> Vec<libc::sock_filter> {
+pub fn program(queues: u32, exceptions: &[SteeringException]) -> Vec<libc::sock_filter> {
     use libc::*;
     let ldw = |at: u32| op(BPF_LD | BPF_W | BPF_ABS, at, 0, 0);
     let mut p = vec![
@@ -44,9 +45,9 @@ pub fn program(queues: u32, exceptions: &[(u32, u32)]) -> Vec<libc::sock_filter>
         ldw(4),
     ];
     // A word load reads network (big-endian) order; indices travel little-endian.
-    for &(index, queue) in exceptions.iter().take(MAX_EXCEPTIONS) {
-        p.push(op(BPF_JMP | BPF_JEQ | BPF_K, index.swap_bytes(), 0, 1));
-        p.push(op(BPF_RET | BPF_K, queue, 0, 0));
+    for e in exceptions.iter().take(MAX_EXCEPTIONS) {
+        p.push(op(BPF_JMP | BPF_JEQ | BPF_K, e.receiver.swap_bytes(), 0, 1));
+        p.push(op(BPF_RET | BPF_K, e.queue, 0, 0));
     }
     // The index's low byte is the word's top byte.
     p.push(op(BPF_ALU | BPF_RSH | BPF_K, 24, 0, 0));
@@ -57,7 +58,7 @@ pub fn program(queues: u32, exceptions: &[(u32, u32)]) -> Vec<libc::sock_filter>
 
 /// Attaches the program to the reuseport group of `sock` (it applies to the whole group),
 /// replacing the one attached before.
-pub fn attach(sock: &impl AsRawFd, queues: u32, exceptions: &[(u32, u32)]) -> io::Result<()> {
+pub fn attach(sock: &impl AsRawFd, queues: u32, exceptions: &[SteeringException]) -> io::Result<()> {
     let mut prog = program(queues, exceptions);
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
@@ -82,8 +83,9 @@ pub fn attach(sock: &impl AsRawFd, queues: u32, exceptions: &[(u32, u32)]) -> io
 
 #[cfg(test)]
 mod tests {
-    use crate::device::udp::Sockets;
+    use super::super::sockets::Sockets;
     use ordo_proto::messages::{TYPE_DATA, TYPE_INITIATION};
+    use ordo_proto::steering::SteeringException;
     use ordo_proto::steering::{index_for_queue, queue_of_message};
     use std::net::UdpSocket;
     use std::time::Duration;
@@ -167,7 +169,12 @@ mod tests {
                 })
                 .expect("arrived on some queue")
         };
-        let exceptions = [(moved.wrapping_sub(1), 1), (moved, 3), (moved.wrapping_add(1), 2)];
+        let exception = |receiver, queue| SteeringException { receiver, queue };
+        let exceptions = [
+            exception(moved.wrapping_sub(1), 1),
+            exception(moved, 3),
+            exception(moved.wrapping_add(1), 2),
+        ];
         super::attach(&group[0].v4, 4, &exceptions).unwrap();
         assert_eq!(arrives_on(&data(moved)), 3);
         assert_eq!(arrives_on(&response(moved)), 3);
@@ -175,7 +182,7 @@ mod tests {
         super::attach(&group[0].v4, 4, &[]).unwrap();
         assert_eq!(arrives_on(&data(moved)), 0, "the rule again");
         assert!(
-            super::program(4, &vec![(1, 1); 5000]).len() <= 4096,
+            super::program(4, &vec![exception(1, 1); 5000]).len() <= 4096,
             "within the kernel's limit"
         );
     }

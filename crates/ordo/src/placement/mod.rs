@@ -1,28 +1,32 @@
-//! Each peer's part of the data plane: its two lanes, where its work runs, and its measured
-//! load; and the load-aware decisions that move peers between queues, pools and regimes.
+//! Placement: which queue, pool and regime each peer runs in, decided from measured load.
+//! Pure policy: figures in ([`Seen`] per peer, [`QueueSeen`] per queue), moves out
+//! ([`Move`]); the plane measures and applies (`plane::rebalance`). Its parts:
+//! - [`model`]: the execution models and the plan of threads and CPUs resolved from the
+//!   user's settings;
+//! - this module: the per-peer moves between queues, pools and regimes;
+//! - [`affinity`]: when a queue's thread is released from its CPU under contention.
 //!
 //! Where a peer runs:
 //! - its **queue** (inline, auto): the protocol core's `Peer::queue`, which our receiver
-//!   indices encode so that the kernel steers the peer's datagrams to that queue's socket;
+//!   indices encode so that the outer port steers the peer's datagrams to that queue;
 //! - its **pool** (pool, threaded, auto): the NUMA node whose workers do its crypto;
 //! - **spread** or not (auto): whether its crypto goes to the pool or stays on its queue.
 //!
 //! The decisions are made from each peer's load, in cores: its packets in the last interval
 //! times the measured cost of a packet's whole path (receive or read, crypto, delivery).
-//! A queue's load also counts what else keeps its core busy (cpuload.rs): a queue pinned to
-//! a core that another process saturates gives its peers to a freer one; and a queue whose
+//! A queue's load also counts what else keeps its core busy (`host::cpuload`): a queue pinned
+//! to a core that another process saturates gives its peers to a freer one; and a queue whose
 //! thread keeps waiting for its core (something else pinned there: the kernel cannot move
 //! either) gives a peer to a queue whose core has room. Decisions move at most one peer per
 //! interval and need a clear imbalance, and a moved peer stays put for a while, so that noise
 //! does not make peers flap.
 
-use super::lane::Lane;
-use super::model::Model;
-use super::pipeline::{InboundBatch, OutboundBatch};
+pub mod affinity;
+pub mod model;
+
+use model::Model;
 use ordo_proto::PeerId;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Auto model: a peer above this load (in cores: its packets times the measured cost of a
 /// packet's whole path) has its crypto spread over the pool, if its queue's CPU is full (less
@@ -47,80 +51,6 @@ pub const STARVED: f64 = 0.25;
 /// A peer moved to another queue stays there at least this long: each move costs a
 /// handshake, and the loads need a few intervals to show the move's effect.
 pub const QUEUE_DWELL: Duration = Duration::from_secs(3);
-
-pub struct PeerPlane {
-    pub id: PeerId,
-    pub inbound: Lane<InboundBatch>,
-    pub outbound: Lane<OutboundBatch>,
-    /// Index of the pool (in the plan's order) that does this peer's crypto.
-    pub pool: AtomicUsize,
-    /// The peer's queue (the core's `Peer::queue`, copied at each dispatch): deliveries
-    /// write to its TUN queue and send from its sockets, whichever thread runs them.
-    pub queue: AtomicUsize,
-    /// The crypto goes to the pool rather than staying on the receiving queue.
-    pub spread: AtomicBool,
-    /// Data packets dispatched for the peer, each way.
-    pub rx_packets: AtomicU64,
-    pub tx_packets: AtomicU64,
-    pub(crate) load: Mutex<Load>,
-    /// Threaded model: rings the peer's delivery thread.
-    pub(crate) doorbell: OnceLock<crossbeam_channel::Sender<()>>,
-}
-
-#[derive(Default, Clone, Copy)]
-pub struct Load {
-    last_rx: u64,
-    last_tx: u64,
-    /// Packets per second, both ways, over the last interval.
-    pub pps: f64,
-    /// Cores of crypto the peer needed over the last interval.
-    pub cores: f64,
-    /// When `spread` last changed.
-    pub changed: Option<Instant>,
-    /// When the peer last moved to another queue.
-    pub moved: Option<Instant>,
-}
-
-impl PeerPlane {
-    pub fn new(id: PeerId, pool: usize, spread: bool) -> PeerPlane {
-        PeerPlane {
-            id,
-            inbound: Lane::default(),
-            outbound: Lane::default(),
-            pool: AtomicUsize::new(pool),
-            queue: AtomicUsize::new(0),
-            spread: AtomicBool::new(spread),
-            rx_packets: AtomicU64::new(0),
-            tx_packets: AtomicU64::new(0),
-            load: Mutex::new(Load::default()),
-            doorbell: OnceLock::new(),
-        }
-    }
-
-    pub fn load(&self) -> Load {
-        *self.load.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Measures the last interval: `cost` is the (decrypt, encrypt) cost of a packet in ns.
-    pub fn measure(&self, elapsed: Duration, cost: (f64, f64)) -> Load {
-        let (rx, tx) = (
-            self.rx_packets.load(Ordering::Relaxed),
-            self.tx_packets.load(Ordering::Relaxed),
-        );
-        let mut l = self.load.lock().unwrap_or_else(|p| p.into_inner());
-        let secs = elapsed.as_secs_f64().max(1e-3);
-        let (drx, dtx) = ((rx - l.last_rx) as f64, (tx - l.last_tx) as f64);
-        l.pps = (drx + dtx) / secs;
-        l.cores = (drx * cost.0 + dtx * cost.1) / 1e9 / secs;
-        (l.last_rx, l.last_tx) = (rx, tx);
-        *l
-    }
-
-    fn set_spread(&self, spread: bool, now: Instant) {
-        self.spread.store(spread, Ordering::Relaxed);
-        self.load.lock().unwrap_or_else(|p| p.into_inner()).changed = Some(now);
-    }
-}
 
 /// A peer as the decisions see it.
 #[derive(Clone, Debug)]
@@ -273,16 +203,6 @@ fn relieve(
         .filter(|(_, p)| may_move(p) && fits(p) && p.cores <= from.other)
         .min_by(|a, b| (a.1.cores - room.idle).abs().total_cmp(&(b.1.cores - room.idle).abs()))
         .map(|(_, p)| (p.id, lo))
-}
-
-/// Applies a decision to the peer's plane (the queue moves go through the core, which owns
-/// the receiver indices; see the caller).
-pub fn apply(peer: &PeerPlane, m: &Move, now: Instant) {
-    match m {
-        Move::Spread(_, s) => peer.set_spread(*s, now),
-        Move::Pool(_, p) => peer.pool.store(*p, Ordering::Relaxed),
-        Move::Queue(..) => peer.load.lock().unwrap_or_else(|p| p.into_inner()).moved = Some(now),
-    }
 }
 
 #[cfg(test)]
@@ -439,18 +359,5 @@ mod tests {
             decide(Model::Pool, &[a, b, c], &[QueueSeen::default()], 2),
             vec![Move::Pool(PeerId(1), 1)]
         );
-    }
-
-    #[test]
-    fn load_is_measured_in_cores() {
-        let p = PeerPlane::new(PeerId(1), 0, false);
-        p.rx_packets.store(100_000, Ordering::Relaxed);
-        p.tx_packets.store(50_000, Ordering::Relaxed);
-        // 100k packets at 2 us and 50k at 4 us in one second: 0.4 cores.
-        let l = p.measure(Duration::from_secs(1), (2000.0, 4000.0));
-        assert!((l.cores - 0.4).abs() < 1e-9, "{}", l.cores);
-        assert!((l.pps - 150_000.0).abs() < 1e-6);
-        let l = p.measure(Duration::from_secs(1), (2000.0, 4000.0));
-        assert_eq!(l.cores, 0.0, "nothing new in the second interval");
     }
 }

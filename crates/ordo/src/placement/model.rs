@@ -9,13 +9,13 @@
 //! - **threaded**: the pool, but each peer's in-order delivery is a thread of its own woken
 //!   on every finished batch, as kernel WireGuard's threaded NAPI. Kept for comparison.
 //! - **auto**: inline queues, and a pool for the peers one core cannot carry, decided per
-//!   peer from its measured load (see peers.rs).
+//!   peer from its measured load (see [`super::decide`]).
 //!
 //! Placement: `Cores` limits the CPUs used, `IoCores` names those that receive and read;
 //! crypto workers go on the others, grouped by NUMA node, so that a peer's work stays on
-//! one node (see peers.rs for the per-peer assignment).
+//! one node (see [`super`] for the per-peer assignment).
 
-use super::topology::{self, format_cpu_list, Cpus, Topology};
+use crate::host::topology::{self, format_cpu_list, Cpus, Topology};
 use std::fmt;
 use std::str::FromStr;
 
@@ -26,7 +26,7 @@ pub enum Model {
     Threaded,
     /// The default: inline, and the pool for a peer one core cannot carry. With queue threads
     /// released under contention it carried as much as pool from 1,000 clients uploading and
-    /// more in every other case measured, on less CPU (BENCHMARKS.md, session 8).
+    /// more in every other case measured, on less CPU (BENCHMARKS.md, "Execution models").
     #[default]
     Auto,
 }
@@ -281,7 +281,7 @@ impl Plan {
         })
     }
 
-    /// Where queue `q`'s thread runs: its own CPU, or, while released (affinity.rs), the I/O
+    /// Where queue `q`'s thread runs: its own CPU, or, while released ([`super::affinity`]), the I/O
     /// CPUs of that CPU's node.
     pub fn queue_thread_cpus(&self, q: usize, released: bool) -> Cpus {
         if released {
@@ -291,7 +291,7 @@ impl Plan {
         }
     }
 
-    /// Where queue `q`'s thread may run while released (affinity.rs): the I/O CPUs of its
+    /// Where queue `q`'s thread may run while released ([`super::affinity`]): the I/O CPUs of its
     /// CPU's node, so that a peer's stages stay on one node.
     pub fn released_cpus(&self, q: usize) -> Cpus {
         let node = self.topology.node_of(self.queues[q]);
@@ -309,7 +309,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::topology::tests::fake_two_nodes;
+    use crate::host::topology::tests::fake_two_nodes;
 
     fn two_nodes() -> Topology {
         let dir = std::env::temp_dir().join(format!("ordo-model-{}", std::process::id()));

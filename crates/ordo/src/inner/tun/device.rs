@@ -1,25 +1,28 @@
-//! The TUN device: a file descriptor that yields and takes raw IP packets.
+//! The TUN device: a file descriptor per queue that yields and takes IP packets, each behind a
+//! virtio-net header ([`super::vnet`]).
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use super::offload::{complete_checksum, segment, VnetHdr, VNET_HDR_LEN};
+use super::vnet::{VnetHdr, VNET_HDR_LEN};
+use crate::packet::{checksum, segment, Segmentation};
+use crate::port::{buffers, TAILROOM};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TUN: libc::c_short = 0x0001;
 const IFF_NO_PI: libc::c_short = 0x1000;
-/// Every packet is preceded by a virtio-net header (see offload.rs).
+/// Every packet is preceded by a virtio-net header (see `vnet`).
 const IFF_VNET_HDR: libc::c_short = 0x4000;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 /// Offloads we take: the kernel may hand us TCP segments of up to 64 KB with a partial
-/// checksum (TSO), which we split and checksum ourselves (offload::segment_tso).
+/// checksum (TSO), which we split and checksum ourselves (`packet::segment`).
 const TUN_F_CSUM: libc::c_uint = 0x01;
 const TUN_F_TSO4: libc::c_uint = 0x02;
 const TUN_F_TSO6: libc::c_uint = 0x04;
 const TUN_F_TSO_ECN: libc::c_uint = 0x08;
-/// UDP segmentation offload (Linux 6.2): large UDP datagrams, split by offload::segment_uso.
+/// UDP segmentation offload (Linux 6.2): large UDP datagrams, split by `packet::segment`.
 const TUN_F_USO4: libc::c_uint = 0x20;
 const TUN_F_USO6: libc::c_uint = 0x40;
 
@@ -53,7 +56,7 @@ impl IfReq {
 pub struct Tun {
     file: File,
     name: String,
-    /// Packets carry a virtio-net header, so writes can be coalesced (see offload.rs).
+    /// Packets carry a virtio-net header, so writes can be coalesced (`packet::coalesce`).
     vnet_hdr: bool,
     /// The kernel agreed to hand us TSO segments.
     tso: bool,
@@ -122,9 +125,9 @@ impl Tun {
         })
     }
 
-    /// Reads up to `max` packets: waits (at most a second, so callers can notice a shutdown)
-    /// for the first, then takes what is queued without waiting. Each packet is copied into a
-    /// buffer of its own behind `headroom` zero bytes, with room reserved for padding and tag.
+    /// Reads up to `max` packets without waiting; each is copied into a buffer of its own
+    /// behind `headroom` zero bytes, with room reserved for padding and tag. A TSO or USO packet
+    /// becomes its segments; a malformed one is dropped. An error means the device is gone.
     pub fn read_batch(
         &self,
         scratch: &mut [u8],
@@ -132,68 +135,37 @@ impl Tun {
         max: usize,
         headroom: usize,
     ) -> io::Result<()> {
-        self.read_batch_waiting(scratch, out, max, headroom, true)
-    }
-
-    /// As [`Tun::read_batch`]; with `wait` false, returns at once when nothing is queued
-    /// (for a thread that polls the descriptor itself).
-    pub fn read_batch_waiting(
-        &self,
-        scratch: &mut [u8],
-        out: &mut Vec<Vec<u8>>,
-        max: usize,
-        headroom: usize,
-        wait: bool,
-    ) -> io::Result<()> {
         while out.len() < max {
-            match self.read(scratch) {
-                Ok(n) => {
-                    let packet = if self.vnet_hdr {
-                        if n < VNET_HDR_LEN {
-                            continue;
-                        }
-                        let h = VnetHdr::parse(&scratch[..VNET_HDR_LEN]);
-                        if h.gso_type != 0 {
-                            // A TSO or USO packet: split it (malformed ones are dropped).
-                            segment(&h, &scratch[VNET_HDR_LEN..n], headroom, out);
-                            continue;
-                        }
-                        if !complete_checksum(&h, &mut scratch[VNET_HDR_LEN..n]) {
-                            continue;
-                        }
-                        &scratch[VNET_HDR_LEN..n]
-                    } else {
-                        &scratch[..n]
-                    };
-                    let mut p = super::buffers::take(headroom + packet.len() + 32);
-                    p.resize(headroom, 0);
-                    p.extend_from_slice(packet);
-                    out.push(p);
-                }
+            let n = match self.read(scratch) {
+                Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if !out.is_empty() || !wait {
-                        return Ok(());
-                    }
-                    let mut pfd = libc::pollfd {
-                        fd: self.file.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    };
-                    // SAFETY: one valid pollfd that outlives the call.
-                    let rc = unsafe { libc::poll(&mut pfd, 1, 1000) };
-                    if rc < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-                        return Err(io::Error::last_os_error());
-                    }
-                    if rc == 0 {
-                        return Ok(()); // idle: let the caller check whether to stop
-                    }
-                    if pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
-                        return Err(io::Error::new(io::ErrorKind::BrokenPipe, "TUN device closed"));
-                    }
-                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) => return Err(e),
-            }
+            };
+            let packet = if self.vnet_hdr {
+                if n < VNET_HDR_LEN {
+                    continue;
+                }
+                let Some(offload) = VnetHdr::parse(&scratch[..VNET_HDR_LEN]).offload() else {
+                    continue;
+                };
+                let packet = &mut scratch[VNET_HDR_LEN..n];
+                if offload.segmentation != Segmentation::None {
+                    // A TSO or USO packet: split it (malformed ones are dropped).
+                    segment::segment(offload, packet, headroom, out);
+                    continue;
+                }
+                if offload.checksum.is_some_and(|c| !checksum::complete(c, packet)) {
+                    continue;
+                }
+                &scratch[VNET_HDR_LEN..n]
+            } else {
+                &scratch[..n]
+            };
+            let mut p = buffers::take(headroom + packet.len() + TAILROOM);
+            p.resize(headroom, 0);
+            p.extend_from_slice(packet);
+            out.push(p);
         }
         Ok(())
     }

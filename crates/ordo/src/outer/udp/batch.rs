@@ -4,6 +4,7 @@
 //! Both are detected at run time: GRO is asked for and used if granted; GSO is used until a
 //! send fails in the way that means "not supported here", then not again on that socket set.
 
+use crate::port::{Datagram, BATCH};
 use bytes::BytesMut;
 use std::io;
 use std::mem::MaybeUninit;
@@ -11,14 +12,6 @@ use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Datagrams per system call and per work item.
-pub const BATCH: usize = 32;
-/// Packets a queue thread (inline, auto) reads from its TUN queue in one turn: room for two
-/// whole TSO packets of 64 KB (45 segments each) and a third begun, where [`BATCH`] stopped
-/// after the first. Each turn costs a poll and a send call; one flow measured +8% with this
-/// (BENCHMARKS.md, session 7). The segments of one turn are sealed before the thread looks
-/// at its sockets again: 128 x 1420 bytes is ~0.2 ms of sealing here.
-pub const READ_BATCH: usize = 4 * BATCH;
 /// From linux/udp.h (not in the libc crate for glibc targets).
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
@@ -28,13 +21,6 @@ const GSO_MAX_SEGMENTS: usize = 64;
 const GSO_MAX_BYTES: usize = 65507;
 /// Room for one control message carrying an int, 8-byte aligned.
 type CmsgBuf = [u64; 4];
-
-/// A received datagram: its bytes and where it came from.
-pub struct Datagram {
-    /// A slice of the receive buffer it arrived in (see [`Receiver`]): not copied.
-    pub data: BytesMut,
-    pub src: SocketAddr,
-}
 
 /// Sets an integer socket option; returns whether the kernel accepted it.
 pub fn set_int_option(fd: &impl AsRawFd, level: libc::c_int, option: libc::c_int, value: libc::c_int) -> bool {
@@ -130,7 +116,9 @@ impl Receiver {
     }
 
     /// Blocks for at least one datagram, then takes up to [`BATCH`] receives without waiting
-    /// more, splitting GRO batches. Returns how many were dropped as truncated.
+    /// more, splitting GRO batches. Returns how many were dropped as truncated. (The port's
+    /// threads wait in poll and take with [`Receiver::recv_ready`].)
+    #[cfg(test)]
     pub fn recv(&mut self, sock: &UdpSocket, out: &mut Vec<Datagram>) -> io::Result<usize> {
         self.recv_with(sock, out, libc::MSG_WAITFORONE)
     }

@@ -1,15 +1,12 @@
 //! Where a queue's thread may run (inline, auto): pinned to its CPU, or released to the I/O
 //! CPUs of its node while the machine is contended.
 //!
-//! Pinned is what a queue is for: its peers' packets stay on one core (an earlier try at this
-//! work saw one flow through two tunnel ends at 3.04 Gbit/s pinned against 2.76 unpinned;
-//! no project command reproduces that comparison). But a pinned thread cannot take a CPU
-//! that another one left idle.
-//! With 1,000 clients' load generator on the same two cores, both queue threads waited
-//! 36%–66% of the time for their own CPU; the placement (peers.rs) had nowhere to move a
-//! peer, since every queue's CPU was as busy; the sockets overflowed (auto, uploading: 0.40
-//! Gbit/s, 1.5–2% loss). Released, the same run carried 0.52–0.55 Gbit/s with 0–0.1% loss
-//! (BENCHMARKS.md, 2026-11-23).
+//! Pinned is what a queue is for: its peers' packets stay on one core. But a pinned thread
+//! cannot take a CPU that another one left idle. With a load generator of 1,000 clients on
+//! the same cores, every queue thread waited much of the time for its own CPU, the placement
+//! had nowhere to move a peer (every queue's CPU was as busy), and the sockets overflowed;
+//! released, the same run carried more with almost no loss (BENCHMARKS.md, "Queue threads
+//! under contention").
 //!
 //! So a pinned queue whose thread is starved (waits more than [`STARVED`] of the time for its
 //! CPU) while no other queue's CPU has room for its peers, and the placement is not moving a
@@ -20,7 +17,7 @@
 //! [`TRIAL`] starts over from [`HOLD`]. Sans-IO: the caller reads the figures and sets the
 //! affinity.
 
-use super::peers::{QueueSeen, IMBALANCE, QUEUE_DWELL, STARVED};
+use super::{QueueSeen, IMBALANCE, QUEUE_DWELL, STARVED};
 use std::time::{Duration, Instant};
 
 /// How long a first release lasts before the queue is pinned again on trial.
@@ -74,7 +71,7 @@ impl QueueAffinity {
 pub type Change = (usize, bool);
 
 /// Updates every queue's state from how the queues fared (one entry per queue, as
-/// [`super::peers::decide`] sees them) and returns the changes to apply.
+/// [`super::decide`] sees them) and returns the changes to apply.
 pub fn update(state: &mut [QueueAffinity], seen: &[QueueSeen], now: Instant) -> Vec<Change> {
     // As in the placement's relief: a queue whose CPU has room takes a starved queue's peer.
     let room = |q: usize| {

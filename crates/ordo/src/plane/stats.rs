@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn counts_preemptions_by_a_thread_on_the_same_cpu() {
-        use crate::device::topology;
+        use crate::host::topology;
         use std::sync::atomic::AtomicBool;
         use std::time::Duration;
         let s = Stats::default();

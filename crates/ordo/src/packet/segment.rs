@@ -1,0 +1,251 @@
+//! Splitting the large packets a host hands over whole (TSO, USO) into wire-sized ones, as a
+//! NIC would: headers copied, lengths, IDs, sequence numbers and every checksum computed.
+
+use super::checksum::{fold, sum16};
+use super::ip::{fix_ip, TCP_PSH};
+use super::{Offload, PartialChecksum, Segmentation};
+
+/// One segment's buffer: `headroom` zero bytes, the big packet's headers, the payload chunk,
+/// and room for the padding and tag that sealing adds.
+fn segment_copy(headers: &[u8], chunk: &[u8], headroom: usize) -> Vec<u8> {
+    let mut s = crate::port::buffers::take(headroom + headers.len() + chunk.len() + crate::port::TAILROOM);
+    s.resize(headroom, 0);
+    s.extend_from_slice(headers);
+    s.extend_from_slice(chunk);
+    s
+}
+
+/// Splits a packet the kernel handed over whole (TSO or USO) into wire-sized packets behind
+/// `headroom` zero bytes; false (and nothing appended) for one that does not match its header.
+pub fn segment(o: Offload, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>>) -> bool {
+    match o.segmentation {
+        Segmentation::Udp => segment_uso(o, p, headroom, out),
+        Segmentation::Tcp4 | Segmentation::Tcp6 => segment_tso(o, p, headroom, out),
+        Segmentation::None => false,
+    }
+}
+
+/// Splits a UDP datagram the kernel handed over whole (USO) into
+/// datagrams of `gso_size` payload bytes, as `UDP_SEGMENT` would on the wire: headers copied,
+/// IP and UDP lengths, IPv4 IDs and every checksum computed in full.
+pub fn segment_uso(o: Offload, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>>) -> bool {
+    let v6 = match p.first().map(|b| b >> 4) {
+        Some(4) => false,
+        Some(6) => true,
+        _ => return false,
+    };
+    // The transport header starts where the partial checksum does.
+    let Some(PartialChecksum { start, .. }) = o.checksum else {
+        return false;
+    };
+    let ip_len = start as usize;
+    let min_ip = if v6 { 40 } else { 20 };
+    let proto = if v6 { p.get(6) } else { p.get(9) };
+    if ip_len < min_ip
+        || p.len() < ip_len + 8
+        || o.segment_size == 0
+        || proto != Some(&17)
+        || (!v6 && ip_len != (p[0] & 0x0f) as usize * 4)
+    {
+        return false;
+    }
+    let hdr = ip_len + 8;
+    let id = u16::from_be_bytes([p[4], p[5]]);
+    for (i, chunk) in p[hdr..].chunks(o.segment_size as usize).enumerate() {
+        let mut s = segment_copy(&p[..hdr], chunk, headroom);
+        let q = &mut s[headroom..];
+        let udp_len = q.len() - ip_len;
+        let pseudo = fix_ip(q, v6, ip_len, q.len(), Some(id.wrapping_add(i as u16)), 17);
+        let u = &mut q[ip_len..];
+        u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+        u[6..8].fill(0);
+        // A computed UDP checksum of zero is sent as all ones (zero means "none").
+        let c = match !fold(sum16(pseudo, u)) {
+            0 => 0xffff,
+            c => c,
+        };
+        u[6..8].copy_from_slice(&c.to_be_bytes());
+        out.push(s);
+    }
+    true
+}
+
+/// Splits a TCP packet the kernel handed over whole (TSO) into
+/// `gso_size` segments as a NIC would: headers copied, IP lengths and IDs, sequence numbers
+/// and flags adjusted, every checksum computed in full. Each segment is appended to `out`
+/// behind `headroom` zero bytes. Returns false (and appends nothing) for a packet whose
+/// header does not match what its offload says.
+pub fn segment_tso(o: Offload, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>>) -> bool {
+    let v6 = match (o.segmentation, p.first().map(|b| b >> 4)) {
+        (Segmentation::Tcp4, Some(4)) => false,
+        (Segmentation::Tcp6, Some(6)) => true,
+        _ => return false,
+    };
+    // The transport header starts where the partial checksum does.
+    let Some(PartialChecksum { start, .. }) = o.checksum else {
+        return false;
+    };
+    let ip_len = start as usize;
+    let min_ip = if v6 { 40 } else { 20 };
+    if ip_len < min_ip || p.len() < ip_len + 20 || o.segment_size == 0 || (!v6 && ip_len != (p[0] & 0x0f) as usize * 4)
+    {
+        return false;
+    }
+    let doff = (p[ip_len + 12] >> 4) as usize * 4;
+    let hdr = ip_len + doff;
+    if doff < 20 || hdr > p.len() {
+        return false;
+    }
+    let payload = &p[hdr..];
+    let seq = u32::from_be_bytes(p[ip_len + 4..ip_len + 8].try_into().unwrap());
+    let id = u16::from_be_bytes([p[4], p[5]]);
+    let flags = p[ip_len + 13];
+    let n = payload.len().div_ceil(o.segment_size as usize).max(1);
+    for (i, chunk) in payload.chunks(o.segment_size as usize).enumerate() {
+        let mut s = segment_copy(&p[..hdr], chunk, headroom);
+        let q = &mut s[headroom..];
+        let pseudo = fix_ip(q, v6, ip_len, q.len(), Some(id.wrapping_add(i as u16)), 6);
+        let t = &mut q[ip_len..];
+        t[4..8].copy_from_slice(&seq.wrapping_add((i * o.segment_size as usize) as u32).to_be_bytes());
+        // FIN and PSH belong to the last segment, CWR to the first.
+        let mut f = flags;
+        if i + 1 < n {
+            f &= !(TCP_PSH | 0x01);
+        }
+        if i > 0 {
+            f &= !0x80;
+        }
+        t[13] = f;
+        t[16..18].fill(0);
+        let c = !fold(sum16(pseudo, t));
+        t[16..18].copy_from_slice(&c.to_be_bytes());
+        out.push(s);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::fixtures::{seg, tcp_checksum_ok, udp_checksum_ok, TCP_ACK};
+
+    #[test]
+    fn tso_packets_split_into_valid_segments() {
+        let payload: Vec<u8> = (0..3500u32).map(|i| (i * 7) as u8).collect();
+        let big = seg(5000, &payload, TCP_ACK | TCP_PSH | 0x01); // PSH and FIN
+        let h = Offload {
+            segmentation: Segmentation::Tcp4,
+            header_len: 40,
+            segment_size: 1448,
+            checksum: Some(PartialChecksum { start: 20, offset: 16 }),
+        };
+        let mut out = Vec::new();
+        assert!(segment_tso(h, &big, 16, &mut out));
+        assert_eq!(out.len(), 3);
+        let mut joined = Vec::new();
+        for (i, s) in out.iter().enumerate() {
+            let p = &s[16..];
+            assert_eq!(u16::from_be_bytes([p[2], p[3]]) as usize, p.len());
+            assert_eq!(fold(sum16(0, &p[..20])), 0xffff, "IP checksum of segment {i}");
+            assert!(tcp_checksum_ok(p, 20), "TCP checksum of segment {i}");
+            assert_eq!(
+                u32::from_be_bytes(p[24..28].try_into().unwrap()),
+                5000 + 1448 * i as u32
+            );
+            let last = i == 2;
+            assert_eq!(p[33] & (TCP_PSH | 0x01) != 0, last, "PSH/FIN only on the last segment");
+            joined.extend_from_slice(&p[40..]);
+        }
+        assert_eq!(joined, payload);
+    }
+
+    #[test]
+    fn tso_over_ipv6() {
+        // Turn an IPv4 segment into IPv6 by hand: 40-byte header, next header TCP.
+        let v4 = seg(1, &[5u8; 3000], TCP_ACK);
+        let mut p = vec![0u8; 40];
+        p[0] = 0x60;
+        p[6] = 6;
+        p[7] = 64;
+        p[23] = 1;
+        p[39] = 2;
+        p.extend_from_slice(&v4[20..]);
+        let len = (p.len() - 40) as u16;
+        p[4..6].copy_from_slice(&len.to_be_bytes());
+        let h = Offload {
+            segmentation: Segmentation::Tcp6,
+            header_len: 60,
+            segment_size: 1400,
+            checksum: Some(PartialChecksum { start: 40, offset: 16 }),
+        };
+        let mut out = Vec::new();
+        assert!(segment_tso(h, &p, 0, &mut out));
+        assert_eq!(
+            out.iter().map(|s| s.len() - 60).collect::<Vec<_>>(),
+            vec![1400, 1400, 200]
+        );
+        for s in &out {
+            assert_eq!(u16::from_be_bytes([s[4], s[5]]) as usize, s.len() - 40);
+            assert!(tcp_checksum_ok(s, 40));
+        }
+        let wrong = Offload {
+            segmentation: Segmentation::Tcp4,
+            ..h
+        };
+        assert!(
+            !segment_tso(wrong, &p, 0, &mut out),
+            "a header that lies about the family is refused"
+        );
+    }
+
+    #[test]
+    fn uso_datagrams_split_into_valid_ones() {
+        for v6 in [false, true] {
+            let ip_len = if v6 { 40 } else { 20 };
+            let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+            let mut p = vec![0u8; ip_len + 8];
+            if v6 {
+                p[0] = 0x60;
+                p[6] = 17;
+                p[8..24].copy_from_slice(&[0xfd, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+                p[24..40].copy_from_slice(&[0xfd, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+            } else {
+                p[0] = 0x45;
+                p[9] = 17;
+                p[12..20].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+            }
+            p[ip_len..ip_len + 4].copy_from_slice(&[0x13, 0x88, 0x13, 0x89]);
+            p.extend_from_slice(&payload);
+            let h = Offload {
+                segmentation: Segmentation::Udp,
+                header_len: (ip_len + 8) as u16,
+                segment_size: 1200,
+                checksum: Some(PartialChecksum {
+                    start: ip_len as u16,
+                    offset: 6,
+                }),
+            };
+            let mut out = Vec::new();
+            assert!(segment(h, &p, 16, &mut out));
+            assert_eq!(out.len(), 3, "1200 + 1200 + 600");
+            let mut joined = Vec::new();
+            for (i, s) in out.iter().enumerate() {
+                let q = &s[16..];
+                let want = if i < 2 { 1200 } else { 600 };
+                assert_eq!(q.len(), ip_len + 8 + want);
+                assert_eq!(u16::from_be_bytes([q[ip_len + 4], q[ip_len + 5]]) as usize, 8 + want);
+                if !v6 {
+                    assert_eq!(fold(sum16(0, &q[..20])), 0xffff, "IPv4 header checksum");
+                    assert_eq!(u16::from_be_bytes([q[2], q[3]]) as usize, q.len());
+                }
+                assert!(udp_checksum_ok(q, ip_len, v6), "UDP checksum of datagram {i}");
+                joined.extend_from_slice(&q[ip_len + 8..]);
+            }
+            assert_eq!(joined, payload);
+            // A TCP packet labelled as UDP is refused.
+            let mut bad = p.clone();
+            bad[if v6 { 6 } else { 9 }] = 6;
+            assert!(!segment(h, &bad, 0, &mut Vec::new()));
+        }
+    }
+}
