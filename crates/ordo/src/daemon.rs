@@ -116,7 +116,7 @@ pub fn run(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<
         drop_privileges(config.delivery_fifo)
             .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
     }
-    device.start();
+    device.start().context("cannot start the data plane")?;
     let d = device.clone();
     std::thread::Builder::new()
         .name("ordo-uapi-listen".into())

@@ -5,24 +5,18 @@
 //! placement. Everything below knows nothing of the device; the device alone knows which
 //! backends it put together, for the controls only they have (the listen port, the fwmark).
 
-use crate::host::topology;
 use crate::inner::tun::TunPort;
 use crate::outer::udp::UdpPort;
 use crate::placement::model::{Model, Plan, PlaneConfig};
-use crate::placement::INTERVAL as PLACEMENT_INTERVAL;
 use crate::plane::stats::Stats;
 use crate::plane::DataPlane;
 use crate::port::{Counter, InnerPort, OuterPort};
-use crate::threads::{self, Exit, Stop};
+use crate::threads::{self, Stop};
 use ordo_proto::Interface;
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread;
-use std::time::{Duration, Instant, SystemTime};
-
-/// Longest the timer thread sleeps, so housekeeping (MTU, socket file) runs regularly.
-const HOUSEKEEPING_INTERVAL: Duration = Duration::from_millis(250);
+use std::time::{Duration, Instant};
 
 /// The data plane of an Ordo interface.
 pub type KernelPlane = DataPlane<TunPort, UdpPort>;
@@ -58,60 +52,18 @@ impl Device {
         }))
     }
 
-    /// Starts the data plane: the pools, the queues or the read and receive stages, the
-    /// timers.
-    pub fn start(self: &Arc<Self>) {
+    /// Starts the data plane: the pools, the threads its model asks for, the timers (which
+    /// also stop the device when its UAPI socket is removed).
+    pub fn start(self: &Arc<Self>) -> io::Result<()> {
         self.plane.start();
-        let plan = &self.plane.plan;
-        if plan.model.has_queues() {
-            for (q, &cpu) in plan.queues.iter().enumerate() {
-                self.spawn_io(format!("ordo-queue{q}"), vec![cpu], move |plane, stop| {
-                    threads::queue_loop(plane, q, stop)
-                });
-            }
-        } else {
-            let io_cpus = if plan.explicit {
-                plan.io_cpus.clone()
-            } else {
-                Vec::new()
-            };
-            self.spawn_io("ordo-read".into(), io_cpus.clone(), threads::read_loop);
-            // One receive thread per outer half (address family): each follows the port to
-            // new sockets when the listen port changes.
-            for (i, rx) in self.plane.outer.receivers(0).into_iter().enumerate() {
-                let name = format!("receive{i}");
-                self.spawn_io(format!("ordo-{name}"), io_cpus.clone(), move |plane, stop| {
-                    threads::receive_loop(plane, rx, &name, stop)
-                });
-            }
-        }
-        let d = self.clone();
-        thread::Builder::new()
-            .name("ordo-timers".into())
-            .spawn(move || d.timer_loop())
-            .expect("spawn");
-    }
-
-    /// Spawns an I/O thread on `cpus` (none: wherever the scheduler puts it); when the inner
-    /// side is gone the device shuts down.
-    fn spawn_io(
-        self: &Arc<Self>,
-        name: String,
-        cpus: Vec<usize>,
-        body: impl FnOnce(&Arc<KernelPlane>, &Stop) -> Exit + Send + 'static,
-    ) {
-        let d = self.clone();
-        thread::Builder::new()
-            .name(name)
-            .spawn(move || {
-                if !cpus.is_empty() {
-                    pin_io(&cpus);
-                }
-                if let Exit::InnerGone(e) = body(&d.plane, &d.stop) {
-                    d.shutdown(&format!("TUN device {} is gone ({e})", d.plane.inner.name()));
-                }
-            })
-            .expect("spawn");
+        let d = Arc::downgrade(self);
+        let housekeeping = move || {
+            let d = d.upgrade()?;
+            let path = d.uapi_path.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            (path.is_some_and(|p| !p.exists())).then(|| "UAPI socket was removed".to_string())
+        };
+        threads::start(&self.plane, &self.stop, housekeeping)?;
+        Ok(())
     }
 
     pub fn model(&self) -> Model {
@@ -166,50 +118,22 @@ impl Device {
 
     /// Asks every thread to finish; [`Self::wait`] returns afterwards.
     pub fn shutdown(&self, why: &str) {
-        if !self.stop.request() {
-            return;
-        }
-        eprintln!("ordo[{}]: shutting down: {why}", self.name);
+        self.stop.request(why);
+        self.wake_threads();
+    }
+
+    /// Wakes the threads that wait on the ports or the pools, so that they see the stop.
+    fn wake_threads(&self) {
         self.plane.outer.shutdown();
         self.plane.stop();
     }
 
-    /// Blocks until [`Self::shutdown`] is called.
+    /// Blocks until the device is asked to stop (a signal, its UAPI socket removed, its TUN
+    /// device gone); says why, and wakes every thread to end.
     pub fn wait(&self) {
         self.stop.wait();
-    }
-
-    /// Timers, plus housekeeping: follow the MTU, place peers by load, stop when the UAPI
-    /// socket is removed.
-    fn timer_loop(self: Arc<Self>) {
-        let mut last_placement = Instant::now();
-        loop {
-            self.plane.tick(Instant::now(), SystemTime::now());
-            if last_placement.elapsed() >= PLACEMENT_INTERVAL {
-                last_placement = Instant::now();
-                let transmits = self.plane.rebalance(last_placement, SystemTime::now());
-                self.plane.send_transmits(0, transmits);
-            }
-            if let Some(p) = self.uapi_path.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-                if !p.exists() {
-                    self.shutdown("UAPI socket was removed");
-                }
-            }
-            let wait = (self.plane.until_next_deadline())
-                .unwrap_or(HOUSEKEEPING_INTERVAL)
-                .min(HOUSEKEEPING_INTERVAL);
-            if self.stop.wait_timeout(wait) {
-                return;
-            }
-        }
-    }
-}
-
-fn pin_io(cpus: &[usize]) {
-    if let Err(e) = topology::pin_current_thread(cpus) {
-        eprintln!(
-            "ordo: cannot pin an I/O thread to CPUs {}: {e}",
-            topology::format_cpu_list(cpus)
-        );
+        let why = self.stop.reason().unwrap_or_default();
+        eprintln!("ordo[{}]: shutting down: {why}", self.name);
+        self.wake_threads();
     }
 }

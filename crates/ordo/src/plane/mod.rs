@@ -203,7 +203,9 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
     }
 }
 
-fn pin(cpus: &[usize]) {
+/// Pins the calling thread to `cpus` (none: leaves it where the scheduler puts it); a
+/// failure is reported and the thread runs unpinned.
+pub(crate) fn pin(cpus: &[usize]) {
     if !cpus.is_empty() {
         if let Err(e) = topology::pin_current_thread(cpus) {
             eprintln!(
