@@ -1,6 +1,8 @@
 //! Fault injection for any outer port: [`FaultInjector`] wraps a port and, in each of its
 //! receive halves, drops, duplicates, reorders, delays and truncates what arrives, each with
 //! its own probability, from a seeded generator so that a failing run can be replayed.
+//! The faults can be changed while the port runs ([`FaultInjector::set_faults`]), so that a
+//! test can let a handshake through and then count every fault against what the plane did.
 //! Sending and steering pass through untouched. Delayed datagrams come out at the half's
 //! first receive after they are due; a thread that is idle looks within its idle wait.
 
@@ -11,7 +13,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What to do to received datagrams: each a probability per datagram, from 0 to 1.
@@ -41,7 +43,9 @@ pub struct FaultCounts {
 
 pub struct FaultInjector<P> {
     port: P,
-    faults: Faults,
+    /// The seed the receive halves' generators start from.
+    seed: u64,
+    faults: Arc<Mutex<Faults>>,
     counts: Arc<FaultCounts>,
 }
 
@@ -49,9 +53,16 @@ impl<P: OuterPort> FaultInjector<P> {
     pub fn new(port: P, faults: Faults) -> Self {
         FaultInjector {
             port,
-            faults,
+            seed: faults.seed,
+            faults: Arc::new(Mutex::new(faults)),
             counts: Arc::default(),
         }
+    }
+
+    /// Changes the faults from each half's next receive on; the generators go on from where
+    /// they are (the seed is the first one's).
+    pub fn set_faults(&self, faults: Faults) {
+        *self.faults.lock().unwrap_or_else(|p| p.into_inner()) = faults;
     }
 
     /// The wrapped port.
@@ -71,9 +82,9 @@ impl<P: OuterPort> OuterPort for FaultInjector<P> {
         (self.port.receivers(queue).into_iter().enumerate())
             .map(|(i, inner)| FaultyReceive {
                 inner,
-                faults: self.faults,
+                faults: self.faults.clone(),
                 // One stream per half, so that halves do not share (and race for) one.
-                rng: ChaCha20Rng::seed_from_u64(self.faults.seed ^ ((queue as u64) << 8 | i as u64)),
+                rng: ChaCha20Rng::seed_from_u64(self.seed ^ ((queue as u64) << 8 | i as u64)),
                 held: Vec::new(),
                 counts: self.counts.clone(),
             })
@@ -112,7 +123,7 @@ struct Held {
 
 pub struct FaultyReceive<R> {
     inner: R,
-    faults: Faults,
+    faults: Arc<Mutex<Faults>>,
     rng: ChaCha20Rng,
     held: Vec<Held>,
     counts: Arc<FaultCounts>,
@@ -133,7 +144,8 @@ impl<R: OuterReceive> OuterReceive for FaultyReceive<R> {
     fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
         let mut arrived = Vec::new();
         let truncated = self.inner.recv(&mut arrived)?;
-        let (f, c) = (self.faults, self.counts.clone());
+        let f = *self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        let c = self.counts.clone();
         let now = Instant::now();
         let from = out.len();
         for mut d in arrived {

@@ -11,7 +11,7 @@ use crate::host::{cpuload, topology};
 use crate::placement::affinity::{self, QueueAffinity};
 use crate::placement::{self, Move, QueueSeen, Seen};
 use crate::port::{InnerPort, OuterPort};
-use ordo_proto::Transmit;
+use ordo_proto::{PeerId, Transmit};
 use rand_core::RngCore;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -150,6 +150,26 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
         }
         transmits
     }
+    /// Moves a peer to `queue` as a placement move does, whatever the load: its datagrams are
+    /// steered there at once, and the core re-keys it onto the queue. For an operator's or a
+    /// test's decision; false if there is no such peer or the model has no queues.
+    pub fn move_peer(&self, id: PeerId, queue: u32, now: Instant, wall: SystemTime) -> bool {
+        if !self.plan.model.has_queues() {
+            return false;
+        }
+        let (exceptions, transmits) = {
+            let mut core = self.core();
+            if !core.set_peer_queue(id, queue, now, wall) {
+                return false;
+            }
+            (core.steering_overrides(), drain(&mut core))
+        };
+        apply(&self.peer(id), &Move::Queue(id, queue), now);
+        self.outer.steer(&exceptions);
+        self.send_transmits(0, transmits);
+        true
+    }
+
     /// Reads the CPUs' load and returns how each queue's CPU and thread fared over the last
     /// two readings: the lesser of each figure, so that only what lasted two intervals counts
     /// (all zero at first). Another daemon's move shows within an interval, so it stops a
