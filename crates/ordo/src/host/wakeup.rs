@@ -7,6 +7,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// An eventfd: [`WakeUp::ring`] makes it readable, [`WakeUp::clear`] not.
 pub struct WakeUp {
@@ -31,6 +32,18 @@ impl WakeUp {
         // SAFETY: writes the 8 bytes of a live u64 to our eventfd. It can only fail if the
         // counter is about to overflow, when it is readable anyway.
         unsafe { libc::write(self.fd.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+    }
+
+    /// Waits until rung (it may have been before), at most `timeout`.
+    pub fn wait(&self, timeout: Duration) {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(libc::c_int::MAX as u128) as libc::c_int;
+        // SAFETY: one live pollfd, of the length passed.
+        unsafe { libc::poll(&mut p, 1, ms) };
     }
 
     pub fn clear(&self) {
@@ -90,6 +103,17 @@ impl<T> Inbox<T> {
         }
     }
 
+    /// As [`Inbox::take`], but when the inbox is empty, waits for an item (or the close) at
+    /// most `timeout` first.
+    pub fn take_waiting(&self, out: &mut Vec<T>, max: usize, timeout: Duration) {
+        let from = out.len();
+        self.take(out, max);
+        if out.len() == from && !self.is_closed() {
+            self.wakeup.wait(timeout);
+            self.take(out, max);
+        }
+    }
+
     /// Closes the inbox: its wake-up stays readable, so waiters notice.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
@@ -134,6 +158,17 @@ mod tests {
         inbox.take(&mut out, 2);
         assert_eq!(out, [1, 2, 3]);
         assert!(!readable(inbox.fd()));
+        let t = std::time::Instant::now();
+        inbox.take_waiting(&mut out, 2, Duration::from_millis(50));
+        assert!(out.len() == 3 && t.elapsed() >= Duration::from_millis(40), "waited, in vain");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                inbox.push(4);
+            });
+            inbox.take_waiting(&mut out, 2, Duration::from_secs(10));
+        });
+        assert_eq!(out, [1, 2, 3, 4], "woken by the push");
         inbox.close();
         assert!(readable(inbox.fd()) && inbox.is_closed());
     }

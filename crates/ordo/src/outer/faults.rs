@@ -144,6 +144,26 @@ impl<R: OuterReceive> OuterReceive for FaultyReceive<R> {
     fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
         let mut arrived = Vec::new();
         let truncated = self.inner.recv(&mut arrived)?;
+        self.apply(arrived, out);
+        Ok(truncated)
+    }
+
+    fn recv_waiting(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        let mut arrived = Vec::new();
+        // Held datagrams due soon must not wait behind an idle half.
+        let truncated = if self.held.is_empty() {
+            self.inner.recv_waiting(&mut arrived)?
+        } else {
+            self.inner.recv(&mut arrived)?
+        };
+        self.apply(arrived, out);
+        Ok(truncated)
+    }
+}
+
+impl<R> FaultyReceive<R> {
+    /// Puts what `arrived` into `out` through the faults, with the held datagrams now due.
+    fn apply(&mut self, arrived: Vec<Datagram>, out: &mut Vec<Datagram>) {
         let f = *self.faults.lock().unwrap_or_else(|p| p.into_inner());
         let c = self.counts.clone();
         let now = Instant::now();
@@ -184,7 +204,6 @@ impl<R: OuterReceive> OuterReceive for FaultyReceive<R> {
         let (due, still): (Vec<Held>, Vec<Held>) = self.held.drain(..).partition(|h| h.due <= now);
         self.held = still;
         out.extend(due.into_iter().map(|h| h.datagram));
-        Ok(truncated)
     }
 }
 

@@ -6,7 +6,7 @@
 //! receive half waits on an eventfd.
 
 use crate::host::wakeup::Inbox;
-use crate::port::{Counter, Datagram, OuterPort, OuterReceive, SteeringException, BATCH};
+use crate::port::{Counter, Datagram, OuterPort, OuterReceive, SteeringException, BATCH, RECEIVE_WAIT};
 use bytes::BytesMut;
 use ordo_proto::steering::{queue_of_index, receiver_of_message};
 use std::io;
@@ -183,6 +183,11 @@ impl OuterReceive for MemoryReceive {
 
     fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
         self.shared.queues[self.queue].take(out, BATCH);
+        Ok(0)
+    }
+
+    fn recv_waiting(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        self.shared.queues[self.queue].take_waiting(out, BATCH, RECEIVE_WAIT);
         Ok(0)
     }
 }

@@ -17,6 +17,7 @@ use bytes::BytesMut;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::time::Duration;
 
 pub use ordo_proto::steering::SteeringException;
 
@@ -31,6 +32,10 @@ pub const HEADROOM: usize = ordo_proto::messages::DATA_HEADER_LEN;
 /// Bytes a buffer keeps free behind an inner packet for the padding and tag sealing adds, so
 /// that sealing never reallocates.
 pub const TAILROOM: usize = 32;
+
+/// Longest a receive half waits in [`OuterReceive::recv_waiting`], and a thread for its
+/// descriptors, before it looks at its stop token again.
+pub const RECEIVE_WAIT: Duration = Duration::from_secs(1);
 
 /// A received outer datagram.
 pub struct Datagram {
@@ -124,6 +129,12 @@ pub trait OuterReceive: Send + 'static {
     /// Appends what is waiting, up to a batch, without blocking; returns how many datagrams
     /// were dropped as too long. Nothing waiting is no error.
     fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize>;
+
+    /// As [`OuterReceive::recv`], but when nothing waits, waits for the first datagram, at
+    /// most [`RECEIVE_WAIT`] (then returns with nothing) or until the port shuts down. For a
+    /// thread that reads this half alone: a backend that can wait inside its receive call
+    /// (kernel UDP: recvmmsg with MSG_WAITFORONE) spares it a wait call per turn.
+    fn recv_waiting(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize>;
 }
 
 /// The inner side: the tunnel's IP packets to and from this host.

@@ -11,7 +11,7 @@
 
 use crate::placement::INTERVAL as PLACEMENT_INTERVAL;
 use crate::plane::{pin, DataPlane};
-use crate::port::{InnerPort, InnerRead, OuterPort, OuterReceive, BATCH};
+use crate::port::{InnerPort, InnerRead, OuterPort, OuterReceive, BATCH, RECEIVE_WAIT};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 /// The packets of one turn are sealed before the thread looks at its outer halves again.
 pub const READ_BATCH: usize = 4 * BATCH;
 /// Longest a thread waits for packets before it looks at its stop token again.
-const IDLE_WAIT_MS: libc::c_int = 1000;
+const IDLE_WAIT_MS: libc::c_int = RECEIVE_WAIT.as_millis() as libc::c_int;
 
 /// Longest the timer thread sleeps, so that housekeeping (the inner side's MTU, the caller's
 /// own checks) runs regularly.
@@ -271,8 +271,9 @@ pub fn queue_loop<I: InnerPort, O: OuterPort>(plane: &Arc<DataPlane<I, O>>, queu
     Exit::Stopped
 }
 
-/// The receive stage of one outer half (pool models): batches of datagrams into the plane.
-/// Takes what waits, and waits only when nothing did.
+/// The receive stage of one outer half (pool models): batches of datagrams into the plane,
+/// waiting inside the port's receive when nothing waits (one system call a turn with kernel
+/// UDP, where a wait and a receive would be two).
 pub fn receive_loop<I: InnerPort, O: OuterPort>(
     plane: &Arc<DataPlane<I, O>>,
     mut rx: O::Receive,
@@ -283,9 +284,8 @@ pub fn receive_loop<I: InnerPort, O: OuterPort>(
     let mut datagrams = Vec::with_capacity(BATCH);
     while !stop.is_requested() {
         datagrams.clear();
-        let truncated = rx.recv(&mut datagrams).unwrap_or(0);
+        let truncated = rx.recv_waiting(&mut datagrams).unwrap_or(0);
         if datagrams.is_empty() && truncated == 0 {
-            idle(rx.wait_fd());
             continue;
         }
         if !plane.dispatch_inbound(&mut datagrams, truncated, &ctx) {

@@ -115,12 +115,14 @@ impl Receiver {
         }
     }
 
-    /// Blocks for at least one datagram, then takes up to [`BATCH`] receives without waiting
-    /// more, splitting GRO batches. Returns how many were dropped as truncated. (The port's
-    /// threads wait in poll and take with [`Receiver::recv_ready`].)
-    #[cfg(test)]
+    /// Blocks for at least one datagram (at most the socket's receive timeout, after which
+    /// nothing is added), then takes up to [`BATCH`] receives without waiting more, splitting
+    /// GRO batches. Returns how many were dropped as truncated.
     pub fn recv(&mut self, sock: &UdpSocket, out: &mut Vec<Datagram>) -> io::Result<usize> {
-        self.recv_with(sock, out, libc::MSG_WAITFORONE)
+        match self.recv_with(sock, out, libc::MSG_WAITFORONE) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            r => r,
+        }
     }
 
     /// As [`Receiver::recv`] without waiting for the first: for a thread that polls. An

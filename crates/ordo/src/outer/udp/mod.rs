@@ -179,11 +179,27 @@ impl OuterReceive for UdpReceive {
     }
 
     fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        self.receive(out, false)
+    }
+
+    fn recv_waiting(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        // Follows a rebind before it waits: the old sockets' shutdown ended the last wait.
+        self.wait_fd();
+        self.receive(out, true)
+    }
+}
+
+impl UdpReceive {
+    fn receive(&mut self, out: &mut Vec<Datagram>, wait: bool) -> io::Result<usize> {
         let from = out.len();
         let Some(socket) = socket_of(&self.group, self.queue, self.v6) else {
             return Ok(0);
         };
-        let truncated = self.receiver.recv_ready(socket, out)?;
+        let truncated = if wait {
+            self.receiver.recv(socket, out)?
+        } else {
+            self.receiver.recv_ready(socket, out)?
+        };
         for d in &mut out[from..] {
             d.src = canonical(d.src);
         }
@@ -249,5 +265,53 @@ mod tests {
         assert_eq!(fd, port.group()[0].v4.as_raw_fd(), "the half follows the new sockets");
         let counters = port.counters();
         assert!(counters.iter().any(|c| c.name == "queues" && c.value == 1));
+    }
+
+    /// A waiting receive returns with what arrives while it waits, empty after
+    /// [`crate::port::RECEIVE_WAIT`] when nothing does, and at once when the port shuts down.
+    #[test]
+    fn a_waiting_receive_returns_on_arrival_on_timeout_and_on_shutdown() {
+        use std::time::Instant;
+        let port = Arc::new(UdpPort::bind(0, 0, 1).unwrap());
+        let mut half = port.receivers(0).remove(0);
+        let to = ("127.0.0.1", port.listen_port());
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut got = Vec::new();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            peer.send_to(b"late", to).unwrap();
+        });
+        let t = Instant::now();
+        half.recv_waiting(&mut got).unwrap();
+        assert_eq!(got.len(), 1, "the datagram sent while it waited");
+        assert!(
+            t.elapsed() >= Duration::from_millis(150),
+            "it waited: {:?}",
+            t.elapsed()
+        );
+        sender.join().unwrap();
+
+        let t = Instant::now();
+        half.recv_waiting(&mut got).unwrap();
+        let waited = t.elapsed();
+        assert_eq!(got.len(), 1, "nothing more");
+        assert!(
+            waited >= crate::port::RECEIVE_WAIT / 2 && waited < 5 * crate::port::RECEIVE_WAIT,
+            "{waited:?}"
+        );
+
+        let shut = port.clone();
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            shut.shutdown();
+        });
+        let t = Instant::now();
+        let _ = half.recv_waiting(&mut got);
+        assert!(
+            t.elapsed() < crate::port::RECEIVE_WAIT / 2,
+            "woken by the shutdown: {:?}",
+            t.elapsed()
+        );
+        closer.join().unwrap();
     }
 }

@@ -39,6 +39,8 @@ fn open(domain: Domain, addr: SocketAddr, fwmark: u32, reuse: bool) -> io::Resul
     if fwmark != 0 {
         s.set_mark(fwmark)?;
     }
+    // A thread waiting in recvmmsg sees a stop within this even if no shutdown wakes it.
+    s.set_read_timeout(Some(crate::port::RECEIVE_WAIT))?;
     s.bind(&addr.into())?;
     Ok(s.into())
 }
