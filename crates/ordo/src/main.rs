@@ -234,6 +234,6 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 // Packet buffers are allocated by the dispatching threads and freed by the workers; glibc's
-// allocator handles such cross-thread frees poorly, mimalloc well (see BENCHMARKS.md).
+// allocator handles such cross-thread frees poorly, mimalloc well (BENCHMARKS.md, "Allocator").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
