@@ -160,7 +160,10 @@ mod tests {
         assert!(!readable(inbox.fd()));
         let t = std::time::Instant::now();
         inbox.take_waiting(&mut out, 2, Duration::from_millis(50));
-        assert!(out.len() == 3 && t.elapsed() >= Duration::from_millis(40), "waited, in vain");
+        assert!(
+            out.len() == 3 && t.elapsed() >= Duration::from_millis(40),
+            "waited, in vain"
+        );
         std::thread::scope(|s| {
             s.spawn(|| {
                 std::thread::sleep(Duration::from_millis(50));
