@@ -137,18 +137,21 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
             }
             drain(&mut core)
         };
-        for a in &accepted {
-            runs[a.run].batches[a.batch].packets[a.packet].accepted = Some(a.len);
-        }
         // Each peer's own queue, whoever delivers: the TUN device sends a flow's packets back
         // through the queue that last wrote it, so writing a peer's flows from one queue keeps
-        // them on one reader (two readers would reorder them).
-        for r in runs.iter_mut() {
+        // them on one reader (two readers would reorder them). `accepted` is in the runs'
+        // order, so one walk beside the packets finds each.
+        let mut next = accepted.iter().peekable();
+        for (ri, r) in runs.iter_mut().enumerate() {
             let queue = r.peer.queue.load(Ordering::Relaxed);
-            let buffers: Vec<&mut [u8]> = (r.batches.iter_mut())
-                .flat_map(|b| b.packets.iter_mut())
-                .filter_map(|p| p.accepted.map(|len| &mut p.data[..HEADROOM + len]))
-                .collect();
+            let mut buffers: Vec<&mut [u8]> = Vec::new();
+            for (bi, b) in r.batches.iter_mut().enumerate() {
+                for (pi, p) in b.packets.iter_mut().enumerate() {
+                    if let Some(a) = next.next_if(|a| (a.run, a.batch, a.packet) == (ri, bi, pi)) {
+                        buffers.push(&mut p.data[..HEADROOM + a.len]);
+                    }
+                }
+            }
             if !buffers.is_empty() {
                 self.inner.write(queue, &mut DeliveryRun::new(buffers));
             }

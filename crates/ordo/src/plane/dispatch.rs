@@ -74,7 +74,6 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
                     data: d.data,
                     src: d.src,
                     opened: None,
-                    accepted: None,
                 });
             }
             drain(&mut core)

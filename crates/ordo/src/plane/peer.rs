@@ -100,8 +100,6 @@ pub struct InboundPacket {
     pub src: SocketAddr,
     /// Set by the crypto: what opened, or None if it did not.
     pub opened: Option<Opened>,
-    /// Set by the delivery: the inner packet's length, if the core accepted it.
-    pub accepted: Option<usize>,
 }
 
 /// A data message that opened: its counter and the length of its (padded) plaintext.
