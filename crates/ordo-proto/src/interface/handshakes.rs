@@ -1,0 +1,244 @@
+//! Handshakes: initiating (at most once per REKEY_TIMEOUT), the macs and cookies checked
+//! before any expensive work, and the three handshake messages received.
+
+use super::{DropReason, Interface, Received, UNDER_LOAD_HANDSHAKES_PER_SECOND, UNDER_LOAD_HOLD};
+use crate::handshake::{self, HandshakeError};
+use crate::messages::{CookieReply, Initiation, Response};
+use crate::peer::PeerId;
+use crate::session::Session;
+use crate::steering;
+use crate::timers::{INITIATION_MIN_INTERVAL, MAX_JITTER_MS, REKEY_TIMEOUT};
+use rand_core::RngCore;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+impl Interface {
+    pub(super) fn jitter(&mut self) -> Duration {
+        Duration::from_millis(self.rng.next_u64() % (MAX_JITTER_MS + 1))
+    }
+
+    pub(super) fn fresh_index(&mut self, id: PeerId) -> u32 {
+        let queue = self.peers.get(&id).map_or(0, |p| p.queue);
+        loop {
+            let i = steering::index_for_queue(self.rng.next_u32(), queue, self.queues);
+            if let std::collections::hash_map::Entry::Vacant(e) = self.indices.entry(i) {
+                e.insert(id);
+                return i;
+            }
+        }
+    }
+
+    /// Starts (or with `retry`, repeats) a handshake with the peer, at most once per
+    /// REKEY_TIMEOUT: the per-peer handshake rate limit of the whitepaper.
+    pub(super) fn initiate(&mut self, id: PeerId, now: Instant, wall: SystemTime, retry: bool) {
+        let Some(peer) = self.peers.get_mut(&id) else {
+            return;
+        };
+        if !retry {
+            peer.handshake_attempts = 0;
+        }
+        if peer
+            .last_handshake_sent
+            .is_some_and(|t| now.saturating_duration_since(t) < REKEY_TIMEOUT)
+        {
+            return;
+        }
+        let (Some(ss), Some(to), true) = (peer.static_static.clone(), peer.endpoint, self.identity.is_some()) else {
+            return;
+        };
+        let remote = peer.public_key;
+        if let Some(old) = peer.handshake.take() {
+            self.indices.remove(&old.local_index);
+        }
+        let index = self.fresh_index(id);
+        let me = self.identity.as_ref().expect("checked above");
+        let Ok((msg, state)) =
+            handshake::create_initiation(me, &remote, &ss, index, handshake::tai64n(wall), &mut self.rng)
+        else {
+            self.indices.remove(&index);
+            return;
+        };
+        let jitter = self.jitter();
+        let peer = self.peers.get_mut(&id).expect("peer exists");
+        let mut bytes = msg.write();
+        peer.cookie.stamp(&mut bytes, now);
+        peer.handshake = Some(state);
+        peer.last_handshake_sent = Some(now);
+        peer.tx_bytes += bytes.len() as u64;
+        peer.timers.handshake_initiated(now, jitter);
+        peer.timers.any_authenticated_packet_traversal(now);
+        peer.timers.any_authenticated_packet_sent();
+        self.stats.handshakes_initiated += 1;
+        self.push_transmit(to, bytes.to_vec());
+    }
+
+    /// Counts a handshake message toward the load estimate.
+    pub(super) fn note_handshake_load(&mut self, now: Instant) {
+        let (start, count) = &mut self.load_window;
+        if now.saturating_duration_since(*start) >= Duration::from_secs(1) {
+            *start = now;
+            *count = 0;
+        }
+        *count += 1;
+        if *count > UNDER_LOAD_HANDSHAKES_PER_SECOND {
+            self.under_load_until = Some(now + UNDER_LOAD_HOLD);
+        }
+    }
+
+    /// MAC checks common to initiations and responses. Ok(None): go on; Ok(Some(r)): the
+    /// message was answered with a cookie.
+    pub(super) fn check_handshake_macs(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        buf: &[u8],
+    ) -> Result<Option<Received>, DropReason> {
+        self.note_handshake_load(now);
+        let under_load = self.under_load(now);
+        let checker = self.checker.as_mut().ok_or(DropReason::NoPrivateKey)?;
+        if !checker.mac1_valid(buf) {
+            return Err(DropReason::BadMac1);
+        }
+        if !under_load {
+            return Ok(None);
+        }
+        if !checker.mac2_valid(buf, &src, now, &mut self.rng) {
+            let reply = checker.reply(buf, &src, now, &mut self.rng).write();
+            self.stats.cookie_replies_sent += 1;
+            self.push_transmit(src, reply.to_vec());
+            return Ok(Some(Received::CookieSent));
+        }
+        if !self.limiter.allow(src.ip(), now) {
+            return Err(DropReason::RateLimited);
+        }
+        Ok(None)
+    }
+
+    pub(super) fn receive_initiation(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        buf: &[u8],
+    ) -> Result<Received, DropReason> {
+        if let Some(r) = self.check_handshake_macs(now, src, buf)? {
+            return Ok(r);
+        }
+        let me = self.identity.as_ref().ok_or(DropReason::NoPrivateKey)?;
+        let msg = Initiation::parse(buf.try_into().expect("classified by length"));
+        let (peers, by_key) = (&self.peers, &self.by_key);
+        let consumed = handshake::consume_initiation(me, &msg, |k| {
+            by_key.get(k).and_then(|id| peers[id].static_static.clone())
+        })
+        .map_err(handshake_drop)?;
+        let id = self.by_key[&consumed.initiator];
+        let peer = self.peers.get_mut(&id).expect("peer exists");
+        if peer.latest_timestamp.is_some_and(|t| consumed.timestamp <= t) {
+            return Err(DropReason::HandshakeReplay);
+        }
+        if peer
+            .last_initiation_consumed
+            .is_some_and(|t| now.saturating_duration_since(t) < INITIATION_MIN_INTERVAL)
+        {
+            return Err(DropReason::HandshakeFlood);
+        }
+        peer.latest_timestamp = Some(consumed.timestamp);
+        peer.last_initiation_consumed = Some(now);
+        peer.endpoint = Some(src);
+        peer.rx_bytes += buf.len() as u64;
+        peer.timers.any_authenticated_packet_received();
+        peer.timers.any_authenticated_packet_traversal(now);
+        let psk = peer.preshared_key.clone();
+
+        let index = self.fresh_index(id);
+        let (resp, keys) = match handshake::create_response(&consumed, &psk, index, &mut self.rng) {
+            Ok(r) => r,
+            Err(e) => {
+                self.indices.remove(&index);
+                return Err(handshake_drop(e));
+            }
+        };
+        let peer = self.peers.get_mut(&id).expect("peer exists");
+        let mut bytes = resp.write();
+        peer.cookie.stamp(&mut bytes, now);
+        peer.tx_bytes += bytes.len() as u64;
+        peer.timers.any_authenticated_packet_traversal(now);
+        peer.timers.any_authenticated_packet_sent();
+        peer.timers.session_derived(now);
+        let old_next = peer.sessions.next.replace(Arc::new(Session::new(&keys, now)));
+        let old_previous = peer.sessions.previous.take();
+        for s in [old_next, old_previous].into_iter().flatten() {
+            self.indices.remove(&s.local_index);
+        }
+        self.push_transmit(src, bytes.to_vec());
+        Ok(Received::Handshake(id))
+    }
+
+    pub(super) fn receive_response(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        src: SocketAddr,
+        buf: &[u8],
+    ) -> Result<Received, DropReason> {
+        if let Some(r) = self.check_handshake_macs(now, src, buf)? {
+            return Ok(r);
+        }
+        let msg = Response::parse(buf.try_into().expect("classified by length"));
+        let id = *self.indices.get(&msg.receiver).ok_or(DropReason::UnexpectedHandshake)?;
+        let me = self.identity.as_ref().ok_or(DropReason::NoPrivateKey)?;
+        let peer = self.peers.get_mut(&id).ok_or(DropReason::UnexpectedHandshake)?;
+        let state = peer
+            .handshake
+            .as_ref()
+            .filter(|h| h.local_index == msg.receiver)
+            .ok_or(DropReason::UnexpectedHandshake)?;
+        let keys = handshake::consume_response(me, state, &peer.preshared_key, &msg).map_err(handshake_drop)?;
+        peer.handshake = None;
+        peer.endpoint = Some(src);
+        peer.rx_bytes += buf.len() as u64;
+        peer.timers.any_authenticated_packet_received();
+        peer.timers.any_authenticated_packet_traversal(now);
+        peer.timers.session_derived(now);
+        // We initiated: the new session is current at once. If an unconfirmed "next" exists,
+        // it becomes previous so that packets the peer already sent on it still decrypt.
+        let displaced = match peer.sessions.next.take() {
+            Some(next) => {
+                let old_current = peer.sessions.current.take();
+                let old_previous = peer.sessions.previous.replace(next);
+                [old_current, old_previous]
+            }
+            None => {
+                let old_previous = peer.sessions.previous.take();
+                peer.sessions.previous = peer.sessions.current.take();
+                [old_previous, None]
+            }
+        };
+        peer.sessions.current = Some(Arc::new(Session::new(&keys, now)));
+        for s in displaced.into_iter().flatten() {
+            self.indices.remove(&s.local_index);
+        }
+        self.handshake_complete(id, wall);
+        self.flush_staged(id, now, wall);
+        Ok(Received::Handshake(id))
+    }
+
+    pub(super) fn receive_cookie_reply(&mut self, now: Instant, buf: &[u8]) -> Result<Received, DropReason> {
+        let msg = CookieReply::parse(buf.try_into().expect("classified by length"));
+        let id = *self.indices.get(&msg.receiver).ok_or(DropReason::UnexpectedHandshake)?;
+        let peer = self.peers.get_mut(&id).ok_or(DropReason::UnexpectedHandshake)?;
+        if !peer.cookie.consume_reply(&msg, now) {
+            return Err(DropReason::UnexpectedHandshake);
+        }
+        self.stats.cookie_replies_accepted += 1;
+        Ok(Received::Handshake(id))
+    }
+}
+
+pub(super) fn handshake_drop(e: HandshakeError) -> DropReason {
+    match e {
+        HandshakeError::Decrypt => DropReason::HandshakeDecrypt,
+        HandshakeError::WeakKey => DropReason::WeakKey,
+        HandshakeError::UnknownPeer => DropReason::UnknownPeer,
+    }
+}
