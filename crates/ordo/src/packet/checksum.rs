@@ -4,7 +4,7 @@ use super::PartialChecksum;
 
 /// One's-complement sum of `data` added to `sum` (RFC 1071), folded to 16 bits (as a u32,
 /// so callers can keep adding). On CPUs with AVX2 the same loop runs four lanes to an
-/// instruction (half the time of the baseline build: 27 against 53 ns for 1420 bytes);
+/// instruction (about half the time of the baseline build: BENCHMARKS.md, "Checksums");
 /// headers take a plain loop.
 pub fn sum16(sum: u32, data: &[u8]) -> u32 {
     if data.len() < SMALL {
@@ -19,9 +19,8 @@ pub fn sum16(sum: u32, data: &[u8]) -> u32 {
 }
 
 /// Below this many bytes (headers: IP, TCP, pseudo-header) a plain loop beats the lanes,
-/// whose setup and fold cost more than the words themselves. Splitting a 64 KB TSO packet
-/// took 99.5 ns per segment with every sum in lanes, 81.6 ns with this (four small sums and
-/// one large per segment).
+/// whose setup and fold cost more than the words themselves: splitting a TSO packet takes
+/// four small sums and one large per segment (BENCHMARKS.md, "Checksums").
 const SMALL: usize = 64;
 
 /// [`sum16`] of a few bytes, a big-endian 32-bit word at a time.

@@ -35,8 +35,8 @@ use std::time::Duration;
 /// out the kernel's share of the queue's core (softirq, copies).
 pub const SPREAD_ABOVE: f64 = 0.4;
 /// ... the idle share another core needs for the spread to pay: the hand-offs make each
-/// packet cost more (in one flow through two daemons on two cores, spread with 0.2 idle
-/// beside: 1,183 ns per packet sealed against 934 inline, and 5.4 Gbit/s against 6.1).
+/// packet cost more, which a core only a little idle does not make up for (BENCHMARKS.md,
+/// "Auto's spread rule").
 pub const SPREAD_ROOM: f64 = 0.5;
 /// ... and comes back to its queue below this one, after [`MIN_DWELL`] in the pool.
 pub const INLINE_BELOW: f64 = 0.15;
@@ -92,8 +92,7 @@ pub fn decide(model: Model, peers: &[Seen], queues: &[QueueSeen], pools: usize) 
     if model == Model::Auto {
         // Spreading a peer's crypto only helps if its own core is full and another core has
         // room for a good share of it: otherwise the hand-offs cost and nothing is gained
-        // (measured: one flow through two daemons on two busy cores, auto 1.70 Gbit/s against
-        // inline 2.21; with 0.2 of a core idle beside, 5.4 against 6.1).
+        // (BENCHMARKS.md, "Auto's spread rule").
         let own = |q: u32| q as usize % queues.len().max(1);
         let full = |q: u32| queues.get(own(q)).is_none_or(|s| s.idle < IMBALANCE);
         let room_beside = |q: u32| (queues.iter().enumerate()).any(|(i, s)| i != own(q) && s.idle >= SPREAD_ROOM);
