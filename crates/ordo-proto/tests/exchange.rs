@@ -534,6 +534,39 @@ fn cookie_under_load_then_mac2_accepted() {
     assert_eq!(n.b.stats.cookie_replies_sent, 1);
 }
 
+/// Handshake messages that anyone can send without a key (a wrong mac1) do not put the
+/// interface under load, so a peer's handshake needs no cookie round; those that pass mac1
+/// count, past UNDER_LOAD_HANDSHAKES_PER_SECOND in a second.
+#[test]
+fn only_handshakes_that_pass_mac1_count_toward_load() {
+    use ordo_proto::interface::UNDER_LOAD_HANDSHAKES_PER_SECOND;
+    use ordo_proto::messages::INITIATION_LEN;
+    let mut n = Net::new(None);
+    let evil: SocketAddr = "203.0.113.66:1".parse().unwrap();
+    let mut junk = vec![1u8, 0, 0, 0];
+    junk.resize(INITIATION_LEN, 0x5a);
+    for _ in 0..UNDER_LOAD_HANDSHAKES_PER_SECOND + 50 {
+        let r = n.b.receive(n.now, n.wall(), evil, &mut junk.clone());
+        assert_eq!(r, Received::Dropped(DropReason::BadMac1));
+    }
+    assert!(!n.b.under_load(n.now), "junk does not count");
+    n.send(true, b"x");
+    assert_eq!(n.b.stats.cookie_replies_sent, 0, "no cookie round");
+    assert_eq!(n.tun_b.len(), 1, "the first handshake completes");
+
+    // A's genuine initiation, replayed: each passes mac1 (and is then refused as a replay).
+    let mut m = Net::new(None);
+    m.b_reachable = false;
+    m.send(true, b"lost");
+    let initiation = m.wire_from_a.last().unwrap().clone();
+    assert_eq!(initiation.len(), INITIATION_LEN);
+    for i in 0..=UNDER_LOAD_HANDSHAKES_PER_SECOND {
+        assert!(!m.b.under_load(m.now), "not yet, after {i}");
+        m.b.receive(m.now, m.wall(), evil, &mut initiation.clone());
+    }
+    assert!(m.b.under_load(m.now), "one over the rate, all with a valid mac1");
+}
+
 #[test]
 fn roaming_follows_the_latest_authentic_source() {
     let mut n = established();

@@ -73,7 +73,7 @@ impl Interface {
         self.push_transmit(to, bytes.to_vec());
     }
 
-    /// Counts a handshake message toward the load estimate.
+    /// Counts a handshake message that passed mac1 toward the load estimate.
     pub(super) fn note_handshake_load(&mut self, now: Instant) {
         let (start, count) = &mut self.load_window;
         if now.saturating_duration_since(*start) >= Duration::from_secs(1) {
@@ -94,15 +94,17 @@ impl Interface {
         src: SocketAddr,
         buf: &[u8],
     ) -> Result<Option<Received>, DropReason> {
-        self.note_handshake_load(now);
-        let under_load = self.under_load(now);
-        let checker = self.checker.as_mut().ok_or(DropReason::NoPrivateKey)?;
+        let checker = self.checker.as_ref().ok_or(DropReason::NoPrivateKey)?;
         if !checker.mac1_valid(buf) {
             return Err(DropReason::BadMac1);
         }
-        if !under_load {
+        // Only what passed mac1 counts toward the load: junk, which anyone can send without
+        // a key, costs us one MAC and must not make our peers' handshakes wait for cookies.
+        self.note_handshake_load(now);
+        if !self.under_load(now) {
             return Ok(None);
         }
+        let checker = self.checker.as_mut().expect("checked above");
         if !checker.mac2_valid(buf, &src, now, &mut self.rng) {
             let reply = checker.reply(buf, &src, now, &mut self.rng).write();
             self.stats.cookie_replies_sent += 1;
