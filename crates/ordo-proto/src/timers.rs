@@ -133,11 +133,14 @@ impl Timers {
         self.persistent_keepalive = (!interval.is_zero()).then_some(now);
     }
 
-    /// Disarms every timer (the peer is removed, or the interface goes down).
-    pub fn stop_all(&mut self) {
-        let interval = self.persistent_interval;
+    /// The keys were erased (3 x REJECT_AFTER_TIME without a new session): the timers that a
+    /// session or a handshake armed go with them. The persistent keepalive stays, as in Linux,
+    /// whose key erasure touches no timer: a peer behind NAT that relies on it keeps trying
+    /// to reach its remote, and the first try after the remote returns brings the tunnel back.
+    pub fn keys_erased(&mut self) {
         *self = Timers {
-            persistent_interval: interval,
+            persistent_keepalive: self.persistent_keepalive,
+            persistent_interval: self.persistent_interval,
             ..Default::default()
         };
     }
@@ -158,7 +161,10 @@ impl Timers {
     }
 
     /// Disarms and reports every timer whose deadline is at or before `now`. The send-keepalive
-    /// timer re-arms itself if more data arrived while it was pending.
+    /// timer re-arms itself if more data arrived while it was pending; the persistent
+    /// keepalive re-arms itself for the next interval, so that it keeps firing when what it
+    /// asks for could not be sent (a handshake held back by the one-per-REKEY_TIMEOUT limit
+    /// sends nothing, and only what is sent re-arms it otherwise).
     pub fn expired(&mut self, now: Instant) -> Expired {
         fn take(t: &mut Option<Instant>, now: Instant) -> bool {
             if matches!(t, Some(d) if *d <= now) {
@@ -179,6 +185,9 @@ impl Timers {
         if e.send_keepalive && self.need_another_keepalive {
             self.need_another_keepalive = false;
             self.send_keepalive = Some(now + KEEPALIVE_TIMEOUT);
+        }
+        if e.persistent_keepalive && !self.persistent_interval.is_zero() {
+            self.persistent_keepalive = Some(now + self.persistent_interval);
         }
         e
     }

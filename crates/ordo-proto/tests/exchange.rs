@@ -521,6 +521,71 @@ fn persistent_keepalive_starts_a_handshake_and_then_keeps_the_path_warm() {
     assert_eq!(count(&n), k0 + 2);
 }
 
+/// The remote goes away (both directions lost) long enough for the keys to be erased
+/// (3 x REJECT_AFTER_TIME), then returns: with PersistentKeepalive the tunnel is back within
+/// 30 s with no traffic of our own; without it, with the first packet we send.
+#[test]
+fn the_tunnel_comes_back_after_the_remote_was_away_for_long() {
+    for away in [Duration::from_secs(600), Duration::from_secs(3600)] {
+        for keepalive in [true, false] {
+            let mut n = established();
+            if keepalive {
+                n.a.set_persistent_keepalive(n.pa, 25, n.now);
+            }
+            n.a_reachable = false;
+            n.b_reachable = false;
+            let until = n.now + away;
+            while n.now < until {
+                n.advance(Duration::from_secs(1));
+            }
+            assert!(!n.a.peer(n.pa).unwrap().has_session(n.now), "{away:?}: keys erased");
+            n.a_reachable = true;
+            n.b_reachable = true;
+            let completed = n.a.stats.handshakes_completed;
+            if keepalive {
+                let back = n.now + Duration::from_secs(30);
+                while n.now < back && n.a.stats.handshakes_completed == completed {
+                    n.advance(Duration::from_secs(1));
+                }
+                assert!(
+                    n.a.stats.handshakes_completed > completed,
+                    "{away:?}: a new session within 30 s"
+                );
+            }
+            let delivered = n.tun_b.len();
+            n.send(true, b"back");
+            n.advance(Duration::from_millis(1));
+            assert_eq!(
+                n.tun_b.len(),
+                delivered + 1,
+                "{away:?}, keepalive {keepalive}: traffic flows"
+            );
+        }
+    }
+}
+
+/// A persistent keepalive shorter than REKEY_TIMEOUT with no session: each firing asks for
+/// a handshake, most are held back by the one-initiation-per-REKEY_TIMEOUT limit, and it
+/// must go on firing all the same (one initiation each REKEY_TIMEOUT), long after the keys
+/// were erased.
+#[test]
+fn a_short_persistent_keepalive_keeps_initiating_after_the_keys_are_erased() {
+    let mut n = established();
+    n.a.set_persistent_keepalive(n.pa, 1, n.now);
+    n.b_reachable = false;
+    let until = n.now + REJECT_AFTER_TIME * 3 + Duration::from_secs(120);
+    while n.now < until {
+        n.advance(Duration::from_secs(1));
+    }
+    let initiations = |n: &Net| n.wire_from_a.iter().filter(|d| d[0] == 1).count();
+    let before = initiations(&n);
+    for _ in 0..60 {
+        n.advance(Duration::from_secs(1));
+    }
+    let sent = initiations(&n) - before;
+    assert!((10..=12).contains(&sent), "{sent} initiations in a minute");
+}
+
 #[test]
 fn cookie_under_load_then_mac2_accepted() {
     let mut n = Net::new(None);

@@ -68,7 +68,7 @@ impl Interface {
         let mut gone: Vec<u32> = peer.sessions.indices().collect();
         gone.extend(peer.handshake.take().map(|h| h.local_index));
         peer.sessions = Default::default();
-        peer.timers.stop_all();
+        peer.timers.keys_erased();
         for i in gone {
             self.indices.remove(&i);
         }
