@@ -250,30 +250,97 @@ fn gso_runs(payloads: &[&[u8]]) -> Vec<(usize, usize)> {
     runs
 }
 
-/// Sends `payloads` to `to` with as few system calls as possible, with UDP GSO while `gso`
-/// is true (clearing it if the kernel refuses GSO). Returns how many were sent.
-pub fn send_batch(sock: &UdpSocket, to: SocketAddr, payloads: &[&[u8]], gso: &AtomicBool) -> io::Result<usize> {
-    if payloads.len() > 1 && gso.load(Ordering::Relaxed) {
-        match send_mmsg(sock, to, payloads, &gso_runs(payloads)) {
-            Ok(n) => return Ok(n),
-            // EIO: the route's device cannot segment; EINVAL/ENOPROTOOPT: no UDP_SEGMENT here.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::ENOPROTOOPT)
-                ) =>
-            {
-                gso.store(false, Ordering::Relaxed);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    let singles: Vec<(usize, usize)> = (0..payloads.len()).map(|i| (i, i + 1)).collect();
-    send_mmsg(sock, to, payloads, &singles)
+/// Whether the kernel offers UDP GSO on this socket (it answers for UDP_SEGMENT); asked
+/// once per socket, so that a send's error is not taken for a missing feature.
+pub fn gso_supported(sock: &UdpSocket) -> bool {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into a live local int.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            UDP_SEGMENT,
+            &mut value as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    rc == 0
 }
 
-/// One sendmmsg entry per run; a run of more than one payload is one GSO datagram.
-fn send_mmsg(sock: &UdpSocket, to: SocketAddr, payloads: &[&[u8]], runs: &[(usize, usize)]) -> io::Result<usize> {
+/// Sends `payloads` to `to` with as few system calls as possible, with UDP GSO while `gso`
+/// is true. Returns how many were sent; an error only if none was.
+///
+/// A refusal costs only what was refused: a GSO run the kernel refuses for its size or
+/// segment count (EINVAL, EMSGSIZE: a path MTU that shrank for this endpoint) goes again as
+/// single datagrams in its place, and GSO stays on for everyone else; only an error that says
+/// the device cannot segment at all (EIO, ENOPROTOOPT) turns it off. A refused single is
+/// skipped and the rest go on. A full socket buffer (ENOBUFS, EAGAIN) ends the batch: the
+/// rest would meet it too.
+pub fn send_batch(sock: &UdpSocket, to: SocketAddr, payloads: &[&[u8]], gso: &AtomicBool) -> io::Result<usize> {
+    let runs = if payloads.len() > 1 && gso.load(Ordering::Relaxed) {
+        gso_runs(payloads)
+    } else {
+        singles(0, payloads.len())
+    };
+    send_runs(sock, to, payloads, runs, gso)
+}
+
+/// One run a payload each, for payloads `a..b`.
+fn singles(a: usize, b: usize) -> Vec<(usize, usize)> {
+    (a..b).map(|i| (i, i + 1)).collect()
+}
+
+/// [`send_batch`] over given runs (a run of more than one payload is one GSO datagram).
+fn send_runs(
+    sock: &UdpSocket,
+    to: SocketAddr,
+    payloads: &[&[u8]],
+    mut runs: Vec<(usize, usize)>,
+    gso: &AtomicBool,
+) -> io::Result<usize> {
+    let (mut at, mut sent, mut last_error) = (0, 0, None);
+    while at < runs.len() {
+        let (n, error) = send_mmsg(sock, to, payloads, &runs[at..]);
+        sent += runs[at..at + n].iter().map(|(a, b)| b - a).sum::<usize>();
+        at += n;
+        let Some(e) = error else { continue };
+        let (a, b) = runs[at];
+        let gso_run = b - a > 1;
+        match e.raw_os_error() {
+            Some(libc::ENOBUFS) | Some(libc::EAGAIN) => {
+                last_error = Some(e);
+                break;
+            }
+            Some(libc::EIO) | Some(libc::ENOPROTOOPT) if gso_run => {
+                gso.store(false, Ordering::Relaxed);
+                let rest: Vec<_> = runs[at..].iter().flat_map(|&(a, b)| singles(a, b)).collect();
+                runs.truncate(at);
+                runs.extend(rest);
+            }
+            Some(libc::EINVAL) | Some(libc::EMSGSIZE) if gso_run => {
+                runs.splice(at..=at, singles(a, b));
+            }
+            _ => {
+                at += 1;
+                last_error = Some(e);
+            }
+        }
+    }
+    match last_error {
+        Some(e) if sent == 0 => Err(e),
+        _ => Ok(sent),
+    }
+}
+
+/// One sendmmsg entry per run, from the first run on; returns how many runs went out and the
+/// error that stopped the rest (it concerns the run after those that went out).
+fn send_mmsg(
+    sock: &UdpSocket,
+    to: SocketAddr,
+    payloads: &[&[u8]],
+    runs: &[(usize, usize)],
+) -> (usize, Option<io::Error>) {
     // SAFETY: sockaddr_storage is plain data; zero is valid.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let namelen = from_socket_addr(&to, &mut ss);
@@ -326,14 +393,11 @@ fn send_mmsg(sock: &UdpSocket, to: SocketAddr, payloads: &[&[u8]], runs: &[(usiz
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            if done == 0 {
-                return Err(e);
-            }
-            break;
+            return (done, Some(e));
         }
         done += n as usize;
     }
-    Ok(runs[..done].iter().map(|(a, b)| b - a).sum())
+    (done, None)
 }
 
 #[cfg(test)]
@@ -400,6 +464,57 @@ mod tests {
             assert_eq!(d.data, payloads[i], "datagram {i}");
         }
         eprintln!("gso still enabled: {}, gro granted: {gro}", gso.load(Ordering::Relaxed));
+    }
+
+    /// A GSO run the kernel refuses (more segments than it takes: EINVAL) goes again as
+    /// single datagrams, in its place: every datagram arrives, in order, and GSO stays on.
+    #[test]
+    fn a_refused_gso_run_goes_as_singles_and_gso_stays_on() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        if !gso_supported(&tx) {
+            eprintln!("no UDP GSO on this kernel: nothing to refuse");
+            return;
+        }
+        let payloads: Vec<Vec<u8>> = (0..200u32).map(|i| vec![i as u8; 100]).collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
+        let gso = AtomicBool::new(true);
+        // Ten payloads first, then one run of 190: past the kernel's UDP_MAX_SEGMENTS.
+        let runs = vec![(0, 10), (10, 200)];
+        assert_eq!(send_runs(&tx, to, &refs, runs, &gso).unwrap(), 200);
+        assert!(gso.load(Ordering::Relaxed), "one refused run does not turn GSO off");
+        let mut r = Receiver::new(65536);
+        let mut got = Vec::new();
+        while got.len() < 200 {
+            r.recv(&rx, &mut got).unwrap();
+        }
+        for (i, d) in got.iter().enumerate() {
+            assert_eq!(d.data, payloads[i], "datagram {i}, in order");
+        }
+    }
+
+    /// A single datagram the kernel refuses (EMSGSIZE: longer than UDP allows) is skipped;
+    /// those before and after it go.
+    #[test]
+    fn a_refused_datagram_is_skipped_and_the_rest_go() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        let huge = vec![7u8; 70_000];
+        let small: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 50 + i as usize]).collect();
+        let refs: Vec<&[u8]> = vec![&small[0], &small[1], &huge, &small[2], &small[3], &small[4]];
+        assert_eq!(send_batch(&tx, to, &refs, &AtomicBool::new(false)).unwrap(), 5);
+        let mut r = Receiver::new(65536);
+        let mut got = Vec::new();
+        while got.len() < 5 {
+            r.recv(&rx, &mut got).unwrap();
+        }
+        let lens: Vec<usize> = got.iter().map(|d| d.data.len()).collect();
+        assert_eq!(lens, [50, 51, 52, 53, 54], "all but the refused one, in order");
+        // Nothing sent at all is an error, with the kernel's reason.
+        let e = send_batch(&tx, to, &[&huge], &AtomicBool::new(false)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EMSGSIZE));
     }
 
     #[test]

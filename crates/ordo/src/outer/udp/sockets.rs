@@ -13,7 +13,8 @@ pub struct Sockets {
     pub v4: UdpSocket,
     pub v6: Option<UdpSocket>,
     pub port: u16,
-    /// UDP GSO: on until the kernel refuses it once (see batch::send_batch).
+    /// UDP GSO: on where the kernel offers it, until a send says the device cannot segment
+    /// (see batch::send_batch).
     pub gso: AtomicBool,
     /// Whether the kernel granted UDP GRO on the receive sockets.
     pub gro: bool,
@@ -52,13 +53,8 @@ fn force_buffer(s: &Socket, option: libc::c_int) -> bool {
 impl Sockets {
     fn new(v4: UdpSocket, v6: Option<UdpSocket>, port: u16) -> Sockets {
         let gro = super::batch::enable_gro(&v4) & v6.as_ref().is_none_or(super::batch::enable_gro);
-        Sockets {
-            v4,
-            v6,
-            port,
-            gso: AtomicBool::new(true),
-            gro,
-        }
+        let gso = AtomicBool::new(super::batch::gso_supported(&v4));
+        Sockets { v4, v6, port, gso, gro }
     }
 
     /// Binds both families on `port` (0: any free port, the same for both).
