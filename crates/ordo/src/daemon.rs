@@ -102,6 +102,27 @@ pub fn drop_privileges(realtime: bool) -> Result<()> {
     Ok(())
 }
 
+/// Exit status after a panic (sysexits' EX_SOFTWARE: an internal error).
+pub const PANIC_EXIT: i32 = 70;
+
+/// Makes a panic in any thread end the whole process, with the panic's message, after
+/// removing `uapi_path`. Without it a panic ends only its own thread: a worker or a queue
+/// thread gone leaves the daemon half alive (a lane that never delivers, a queue nobody
+/// reads) where a supervisor would see it running. `_exit`, not `exit`: the other threads
+/// may hold locks that exit's handlers (stdout's flush) would wait on.
+pub fn exit_on_panic(uapi_path: Option<std::path::PathBuf>) {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        if let Some(p) = &uapi_path {
+            let _ = std::fs::remove_file(p);
+        }
+        eprintln!("ordo: a thread panicked; the daemon exits with status {PANIC_EXIT} rather than run half alive");
+        // SAFETY: _exit ends the process at once; it touches no memory of ours.
+        unsafe { libc::_exit(PANIC_EXIT) };
+    }));
+}
+
 /// Runs the interface until it is deleted, its socket removed, or a signal arrives.
 pub fn run(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<()> {
     let device = Device::create(ifname, config).with_context(|| format!("cannot create interface {ifname}"))?;
@@ -112,6 +133,7 @@ pub fn run(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<
     let (listener, path) =
         uapi::listen(ifname).with_context(|| format!("cannot create the UAPI socket for {ifname}"))?;
     *device.uapi_path.lock().unwrap() = Some(path.clone());
+    exit_on_panic(Some(path.clone()));
     if !keep_privileges {
         drop_privileges(config.delivery_fifo)
             .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
@@ -139,4 +161,45 @@ pub fn run(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<
     device.wait();
     let _ = std::fs::remove_file(&path);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Set in the environment of the child process the test below starts.
+    const CHILD_ENV: &str = "ORDO_TEST_PANIC_CHILD";
+
+    /// A panic in a thread other than the main one ends the whole process with
+    /// [`PANIC_EXIT`] and the panic's message, and removes the UAPI socket. Runs itself again
+    /// as a child process, whose exit it can watch.
+    #[test]
+    fn a_panic_in_any_thread_ends_the_process() {
+        if let Some(path) = std::env::var_os(CHILD_ENV) {
+            exit_on_panic(Some(path.into()));
+            let _ = std::thread::spawn(|| panic!("a worker broke")).join();
+            std::thread::sleep(Duration::from_secs(30));
+            return; // not reached: the child exits from the panic
+        }
+        let dir = std::env::temp_dir().join(format!("ordo-panic-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("wg9.sock");
+        std::fs::write(&socket, b"").unwrap();
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "daemon::tests::a_panic_in_any_thread_ends_the_process",
+                "--nocapture",
+            ])
+            .env(CHILD_ENV, &socket)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(PANIC_EXIT), "{stderr}");
+        assert!(stderr.contains("a worker broke"), "the panic's own message: {stderr}");
+        assert!(stderr.contains("rather than run half alive"), "{stderr}");
+        assert!(!socket.exists(), "the UAPI socket is removed");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
