@@ -12,17 +12,25 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
 pub const SOCKET_DIR: &str = "/var/run/wireguard";
 /// Longest line accepted; a key line is at most ~100 bytes.
 const MAX_LINE: usize = 4096;
-/// Most bytes one request may carry: a setconf of 10,000 peers is a few MB. Bounds what a
-/// client can make us hold.
+/// Most bytes one request may make us hold, each line counted with what holding it costs
+/// (its `String` and its allocation, see [`held_bytes`]): a setconf of 10,000 peers is a few
+/// MB, and a request of tiny lines cannot cost more than this.
 const MAX_REQUEST_BYTES: usize = 64 << 20;
+/// Longest a connection may stay silent in the middle of a request, or between requests, or
+/// leave its reply unread, before it is closed: `wg` writes its request at once.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; more are closed as they come (each costs a thread).
+const MAX_CONNECTIONS: usize = 64;
+/// Pause after a failed accept (EMFILE: out of descriptors), rather than spin on it.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 pub fn socket_path(ifname: &str) -> PathBuf {
     Path::new(SOCKET_DIR).join(format!("{ifname}.sock"))
@@ -32,35 +40,88 @@ pub fn socket_path(ifname: &str) -> PathBuf {
 pub fn listen(ifname: &str) -> io::Result<(UnixListener, PathBuf)> {
     std::fs::create_dir_all(SOCKET_DIR)?;
     let path = socket_path(ifname);
+    Ok((listen_at(&path)?, path))
+}
+
+/// Binds the socket at `path`, created with mode 0600 (a umask of 077 around the bind, as
+/// wireguard-go does: setting the mode after the bind would leave a moment when anyone may
+/// connect and read the keys). Call it before other threads start: the umask is the
+/// process's.
+fn listen_at(path: &Path) -> io::Result<UnixListener> {
     if path.exists() {
-        if UnixStream::connect(&path).is_ok() {
+        if UnixStream::connect(path).is_ok() {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
                 format!("{} is in use by another process", path.display()),
             ));
         }
-        std::fs::remove_file(&path)?;
+        std::fs::remove_file(path)?;
     }
-    let listener = UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    Ok((listener, path))
+    // SAFETY: umask only swaps the process's file-creation mask.
+    let old = unsafe { libc::umask(0o077) };
+    let bound = UnixListener::bind(path);
+    // SAFETY: as above, restoring the mask.
+    unsafe { libc::umask(old) };
+    let listener = bound?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
 }
 
-/// Serves connections until the device stops.
+/// Serves connections until the device stops: each on a thread of its own, at most
+/// [`MAX_CONNECTIONS`] at once, closed after [`READ_TIMEOUT`] of silence.
 pub fn serve(device: Arc<Device>, listener: UnixListener) {
+    let open = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
         if device.stopped() {
             return;
         }
-        let Ok(conn) = conn else { continue };
+        let conn = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("ordo[{}]: UAPI accept failed: {e}", device.name);
+                std::thread::sleep(ACCEPT_BACKOFF);
+                continue;
+            }
+        };
+        let Some(slot) = ConnectionSlot::take(&open) else {
+            continue; // dropped: closed at once
+        };
+        // A client that neither writes nor reads its reply holds no thread for long.
+        if conn.set_read_timeout(Some(READ_TIMEOUT)).is_err() || conn.set_write_timeout(Some(READ_TIMEOUT)).is_err() {
+            continue;
+        }
         let d = device.clone();
         std::thread::Builder::new()
             .name("ordo-uapi".into())
             .spawn(move || {
+                let _slot = slot;
                 let _ = handle_connection(&d, conn);
             })
             .ok();
     }
+}
+
+/// One of the [`MAX_CONNECTIONS`] places, given back when dropped.
+struct ConnectionSlot(Arc<AtomicUsize>);
+
+impl ConnectionSlot {
+    fn take(open: &Arc<AtomicUsize>) -> Option<ConnectionSlot> {
+        let taken = open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < MAX_CONNECTIONS).then_some(n + 1)
+        });
+        taken.is_ok().then(|| ConnectionSlot(open.clone()))
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What holding a request line costs: its allocation (`capacity` bytes) and its `String`.
+fn held_bytes(capacity: usize) -> usize {
+    capacity.max(1) + std::mem::size_of::<String>()
 }
 
 fn read_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<Option<String>> {
@@ -106,7 +167,7 @@ fn read_request<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<Request>
             None => return Ok(Request::Closed),
             Some(l) if l.is_empty() => return Ok(Request::Op(op, lines)),
             Some(l) => {
-                request_bytes += l.len() + 1;
+                request_bytes += held_bytes(l.capacity());
                 if request_bytes > MAX_REQUEST_BYTES {
                     return Ok(Request::Refused);
                 }
@@ -363,6 +424,50 @@ mod tests {
         );
         assert!(matches!(read(b""), Request::Closed));
         assert!(matches!(read(b"bogus=1\n\n"), Request::Refused));
+    }
+
+    /// A request of tiny lines is charged what holding them costs, not only their bytes:
+    /// three million one-byte lines (6 MB on the wire) would hold far more than
+    /// MAX_REQUEST_BYTES, and are refused.
+    #[test]
+    fn a_request_of_tiny_lines_is_charged_what_it_holds() {
+        let mut input = b"set=1\n".to_vec();
+        let lines = MAX_REQUEST_BYTES / held_bytes(1) + 1;
+        input.extend(std::iter::repeat_n(&b"x\n"[..], lines).flatten());
+        input.extend_from_slice(b"\n");
+        assert!(input.len() < MAX_REQUEST_BYTES / 4, "small on the wire");
+        assert!(matches!(read(&input), Request::Refused));
+    }
+
+    /// The socket is created 0600, and the process's umask is as it was.
+    #[test]
+    fn the_socket_is_private_from_the_start() {
+        let dir = std::env::temp_dir().join(format!("ordo-uapi-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("wg7.sock");
+        // SAFETY: reading the mask means setting it; it is put back at once.
+        let before = unsafe { libc::umask(0o022) };
+        unsafe { libc::umask(before) };
+        let _listener = listen_at(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // SAFETY: as above.
+        let after = unsafe { libc::umask(before) };
+        assert_eq!(after, before, "the umask is restored");
+        assert!(listen_at(&path).is_err(), "a live socket is not replaced");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn connections_beyond_the_limit_get_no_slot() {
+        let open = Arc::new(AtomicUsize::new(0));
+        let slots: Vec<_> = (0..MAX_CONNECTIONS)
+            .map(|_| ConnectionSlot::take(&open).unwrap())
+            .collect();
+        assert!(ConnectionSlot::take(&open).is_none());
+        drop(slots);
+        assert_eq!(open.load(Ordering::Relaxed), 0, "each slot given back");
+        assert!(ConnectionSlot::take(&open).is_some());
     }
 
     #[test]
