@@ -8,6 +8,7 @@ use crate::uapi;
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// Set in the environment of the detached child: it reports readiness on stdout.
@@ -59,11 +60,7 @@ fn report_ready() -> Result<()> {
     out.write_all(b"ready\n")?;
     out.flush()?;
     let log = std::env::var(LOG_ENV).unwrap_or_else(|_| "/dev/null".into());
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .with_context(|| format!("cannot open log {log}"))?;
+    let f = open_log(Path::new(&log)).with_context(|| format!("cannot open log {log}"))?;
     use std::os::fd::AsRawFd;
     // SAFETY: dup2 on valid descriptors; f stays open until after the calls.
     unsafe {
@@ -102,6 +99,26 @@ pub fn drop_privileges(realtime: bool) -> Result<()> {
     Ok(())
 }
 
+/// Opens (or creates, readable by its owner only: it names peers and endpoints) the log.
+fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// Makes the process not dumpable: no core file, and no other process of the same user may
+/// attach to it or read its memory (/proc/PID/mem), where the keys are.
+pub fn not_dumpable() -> Result<()> {
+    // SAFETY: prctl(PR_SET_DUMPABLE, 0) only sets a flag on this process.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        bail!("prctl(PR_SET_DUMPABLE): {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Exit status after a panic (sysexits' EX_SOFTWARE: an internal error).
 pub const PANIC_EXIT: i32 = 70;
 
@@ -134,6 +151,7 @@ pub fn run(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<
         uapi::listen(ifname).with_context(|| format!("cannot create the UAPI socket for {ifname}"))?;
     *device.uapi_path.lock().unwrap() = Some(path.clone());
     exit_on_panic(Some(path.clone()));
+    not_dumpable()?;
     if !keep_privileges {
         drop_privileges(config.delivery_fifo)
             .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
@@ -167,6 +185,20 @@ pub fn run(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_log_is_readable_by_its_owner_only_and_the_process_not_dumpable() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ordo-log-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("ordo.log");
+        open_log(&log).unwrap();
+        assert_eq!(std::fs::metadata(&log).unwrap().permissions().mode() & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
+        not_dumpable().unwrap();
+        // SAFETY: PR_GET_DUMPABLE only reads the flag.
+        assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) }, 0);
+    }
 
     /// Set in the environment of the child process the test below starts.
     const CHILD_ENV: &str = "ORDO_TEST_PANIC_CHILD";

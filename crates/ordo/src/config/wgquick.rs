@@ -173,7 +173,16 @@ pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
         }
         let (key, value) = line
             .split_once('=')
-            .ok_or_else(|| err(n, format!("expected Key = Value, found {line:?}")))?;
+            // Not echoed: a line without '=' may be a key pasted whole, and errors are logged.
+            .ok_or_else(|| {
+                err(
+                    n,
+                    format!(
+                        "expected Key = Value, found a line of {} characters without '='",
+                        line.chars().count()
+                    ),
+                )
+            })?;
         let (key, value) = (key.trim(), value.trim());
         let lower = key.to_ascii_lowercase();
         let list = |v: &str| {
@@ -258,7 +267,7 @@ pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
                                 .map_err(|e| err(n, format!("{k}: {e}")))?;
                             iface.plane.push((name, value.to_string()));
                         }
-                        None => return Err(err(n, format!("unknown [Interface] key {key:?}"))),
+                        None => return Err(err(n, format!("unknown [Interface] key {}", shown_key(key)))),
                     },
                 }
             }
@@ -292,7 +301,7 @@ pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
                             })?
                         })
                     }
-                    _ => return Err(err(n, format!("unknown [Peer] key {key:?}"))),
+                    _ => return Err(err(n, format!("unknown [Peer] key {}", shown_key(key)))),
                 }
             }
         }
@@ -309,6 +318,17 @@ pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
     Ok(cfg)
 }
 
+/// A key name as an error may show it: quoted if it looks like one (letters, at most 32), else
+/// only its length. A base64 key pasted on a line of its own ends in '=' and so parses as a
+/// key name, and errors are printed and logged.
+fn shown_key(key: &str) -> String {
+    if key.len() <= 32 && key.chars().all(|c| c.is_ascii_alphabetic()) {
+        format!("{key:?}")
+    } else {
+        format!("of {} characters (not shown: it may be a secret)", key.chars().count())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +338,21 @@ mod tests {
 
     fn p(text: &str) -> Result<WgQuickConfig, ConfigError> {
         parse(text, Path::new("/etc/wireguard/wg0.conf"))
+    }
+
+    /// A key pasted on a line of its own (no "PrivateKey =") is not echoed into the error:
+    /// errors are printed and logged.
+    #[test]
+    fn a_line_without_equals_is_not_echoed() {
+        // A base64 key ends in '=': it parses as an unknown key name.
+        let e = p(&format!("[Interface]\n{PRIV}\n")).unwrap_err().to_string();
+        assert!(e.contains("wg0.conf:2:"), "{e}");
+        assert!(!e.contains(&PRIV[..8]), "{e}");
+        let e = p("[Interface]\nhunter2hunter2\n").unwrap_err().to_string();
+        assert!(e.contains("wg0.conf:2:") && !e.contains("hunter2"), "{e}");
+        // A real key name is still named.
+        let e = p("[Interface]\nPrivatKey = x\n").unwrap_err().to_string();
+        assert!(e.contains("\"PrivatKey\""), "{e}");
     }
 
     #[test]

@@ -119,7 +119,10 @@ pub fn parse_set<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<SetPlan
         let n = i + 2; // line 1 is "set=1"
         let (key, value) = line
             .split_once('=')
-            .ok_or_else(|| UapiError::protocol(n, format!("{line:?} is not key=value")))?;
+            // Not echoed: a line without '=' may be a key pasted whole, and errors are logged.
+            .ok_or_else(|| {
+                UapiError::protocol(n, format!("not key=value (a line of {} bytes without '=')", line.len()))
+            })?;
         match (key, plan.peers.last_mut()) {
             ("private_key", None) => {
                 let k = PrivateKey::from_hex(value)
@@ -284,6 +287,11 @@ mod tests {
         assert_eq!(e(&format!("public_key={K2}\nprotocol_version=2")), EINVAL);
         assert_eq!(e(&format!("public_key={K2}\nremove=yes")), EINVAL);
         assert_eq!(e("public_key=00"), EINVAL);
+        // A key pasted without its "private_key=" is not echoed into the error (errors are
+        // logged).
+        let pasted = parse_set([K1]).unwrap_err();
+        assert_eq!(pasted.errno, EPROTO);
+        assert!(!pasted.message.contains(&K1[..8]), "{}", pasted.message);
     }
 
     proptest::proptest! {
