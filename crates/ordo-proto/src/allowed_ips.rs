@@ -126,6 +126,20 @@ impl<T: Copy + Eq> AllowedIps<T> {
     }
 
     /// Every prefix of `v`, longest first within each family, IPv4 before IPv6.
+    /// Every prefix with its value, longest first in each family: one pass over the table,
+    /// where [`Self::prefixes_of`] for each of n values would be n passes.
+    pub fn entries(&self) -> impl Iterator<Item = (IpNet, T)> + '_ {
+        let v4 = (self.v4.in_use.iter()).flat_map(move |&l| {
+            (self.v4.by_len[l as usize].iter())
+                .map(move |(k, x)| (IpNet::V4(Ipv4Net::new((*k as u32).into(), l).unwrap()), *x))
+        });
+        let v6 = (self.v6.in_use.iter()).flat_map(move |&l| {
+            (self.v6.by_len[l as usize].iter())
+                .map(move |(k, x)| (IpNet::V6(Ipv6Net::new((*k).into(), l).unwrap()), *x))
+        });
+        v4.chain(v6)
+    }
+
     pub fn prefixes_of(&self, v: T) -> Vec<IpNet> {
         let mut out = Vec::new();
         for &l in &self.v4.in_use {
@@ -187,6 +201,13 @@ mod tests {
         assert_eq!(t.lookup(a("10.1.2.3")), None);
         t.insert(n("fd00::/64"), 7);
         t.insert(n("10.0.0.0/8"), 7);
+        t.insert(n("10.9.0.0/16"), 8);
+        let mut of_7: Vec<IpNet> = t.entries().filter(|e| e.1 == 7).map(|e| e.0).collect();
+        of_7.sort();
+        let mut want = t.prefixes_of(7);
+        want.sort();
+        assert_eq!(of_7, want, "entries holds what prefixes_of finds");
+        assert_eq!(t.entries().count(), 3);
         t.remove_value(7);
         assert_eq!(t.lookup(a("fd00::1")), None);
         assert_eq!(t.lookup(a("10.0.0.1")), None);

@@ -6,8 +6,9 @@ pub mod protocol;
 
 use crate::device::Device;
 use crate::placement::model::Model;
-use ordo_proto::DropReason;
+use ordo_proto::{DropReason, PeerId};
 use protocol::{AllowedIpChange, DeviceView, Operation, PeerView, SetPlan, UapiError};
+use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -217,35 +218,61 @@ fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
     }
 }
 
+/// What `get` reports. The core's lock, which forwarding needs too, is held only to copy
+/// the peers and the allowed IPs out (one pass over the table, not one per peer); they are
+/// put together after it is released.
 fn view(device: &Device) -> DeviceView {
-    let core = device.core();
-    DeviceView {
-        private_key: core.private_key().cloned(),
-        listen_port: device.listen_port(),
-        fwmark: device.fwmark(),
-        peers: core
-            .peers()
-            .map(|(id, p)| PeerView {
-                public_key: p.public_key,
-                preshared_key: p.preshared_key().clone(),
-                endpoint: p.endpoint,
-                last_handshake: p.last_handshake,
-                tx_bytes: p.tx_bytes,
-                rx_bytes: p.rx_bytes,
-                persistent_keepalive: p.persistent_keepalive,
-                allowed_ips: core.allowed_ips().prefixes_of(id),
+    let (listen_port, fwmark) = (device.listen_port(), device.fwmark());
+    let (private_key, peers, prefixes) = {
+        let core = device.core();
+        let prefixes: Vec<(ipnet::IpNet, PeerId)> = core.allowed_ips().entries().collect();
+        let peers: Vec<(PeerId, PeerView)> = (core.peers())
+            .map(|(id, p)| {
+                let view = PeerView {
+                    public_key: p.public_key,
+                    preshared_key: p.preshared_key().clone(),
+                    endpoint: p.endpoint,
+                    last_handshake: p.last_handshake,
+                    tx_bytes: p.tx_bytes,
+                    rx_bytes: p.rx_bytes,
+                    persistent_keepalive: p.persistent_keepalive,
+                    allowed_ips: Vec::new(),
+                };
+                (id, view)
             })
-            .collect(),
+            .collect();
+        (core.private_key().cloned(), peers, prefixes)
+    };
+    let mut allowed: HashMap<PeerId, Vec<ipnet::IpNet>> = HashMap::new();
+    for (net, id) in prefixes {
+        allowed.entry(id).or_default().push(net);
+    }
+    let peers = (peers.into_iter())
+        .map(|(id, view)| PeerView {
+            allowed_ips: allowed.remove(&id).unwrap_or_default(),
+            ..view
+        })
+        .collect();
+    DeviceView {
+        private_key,
+        listen_port,
+        fwmark,
+        peers,
     }
 }
 
 /// Ordo's own counters, by name: drops by reason (the core's and the I/O layer's) and
 /// handshake figures.
 pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
-    let core = device.core();
+    // The core's figures under its lock, copied; nothing else under it (the ports' figures
+    // read /proc).
+    let (stats, under_load, mtu) = {
+        let core = device.core();
+        (core.stats.clone(), core.under_load(Instant::now()), core.mtu())
+    };
     let mut c: Vec<(String, u64)> = DropReason::ALL
         .iter()
-        .map(|r| (format!("drop_{}", r.name()), core.stats.dropped(*r)))
+        .map(|r| (format!("drop_{}", r.name()), stats.dropped(*r)))
         .collect();
     // The ports' own: their errors, the drops the kernel counted before Ordo saw a packet,
     // the offloads in use.
@@ -256,12 +283,12 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
             .map(|p| (p.name.to_string(), p.value)),
     );
     for (name, value) in [
-        ("handshakes_initiated", core.stats.handshakes_initiated),
-        ("handshakes_completed", core.stats.handshakes_completed),
-        ("cookie_replies_sent", core.stats.cookie_replies_sent),
-        ("cookie_replies_accepted", core.stats.cookie_replies_accepted),
-        ("under_load", core.under_load(Instant::now()) as u64),
-        ("mtu", core.mtu() as u64),
+        ("handshakes_initiated", stats.handshakes_initiated),
+        ("handshakes_completed", stats.handshakes_completed),
+        ("cookie_replies_sent", stats.cookie_replies_sent),
+        ("cookie_replies_accepted", stats.cookie_replies_accepted),
+        ("under_load", under_load as u64),
+        ("mtu", mtu as u64),
         ("uptime_sec", device.uptime().as_secs()),
     ] {
         c.push((name.to_string(), value));
@@ -295,19 +322,22 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
 pub fn placement_lines(device: &Device) -> String {
     use std::fmt::Write;
     let plan = &device.plane.plan;
-    let planes = device.plane.peer_planes();
+    let planes: HashMap<PeerId, _> = device.plane.peer_planes().into_iter().map(|p| (p.id, p)).collect();
     let affinity = device.plane.queue_affinity();
-    let core = device.core();
+    // Under the core's lock only what it holds: each peer's key and queue.
+    let peers: Vec<(PeerId, String, u32)> = (device.core().peers())
+        .map(|(id, p)| (id, p.public_key.to_hex(), p.queue))
+        .collect();
     let mut s = format!("ordo_model={}\n", plan.model);
-    for (id, p) in core.peers() {
-        let plane = planes.iter().find(|x| x.id == id);
+    for (id, public_key, peer_queue) in peers {
+        let plane = planes.get(&id);
         let spread = plane.map_or(matches!(plan.model, Model::Pool | Model::Threaded), |x| {
             x.spread.load(Ordering::Relaxed)
         });
         let pool = plane.map_or(0, |x| x.pool.load(Ordering::Relaxed));
         let load = plane.map(|x| x.load()).unwrap_or_default();
         let (queue, cpu) = if plan.model.has_queues() {
-            let q = p.queue as usize % plan.queues.len();
+            let q = peer_queue as usize % plan.queues.len();
             let released = affinity.get(q).is_some_and(|a| a.is_released());
             let cpus = plan.queue_thread_cpus(q, released);
             (q, crate::host::topology::format_cpu_list(&cpus))
@@ -326,8 +356,7 @@ pub fn placement_lines(device: &Device) -> String {
         };
         let _ = writeln!(
             s,
-            "ordo_peer={},queue={queue},cpu={cpu},node={node},regime={regime},pps={:.0},millicores={:.0}",
-            p.public_key.to_hex(),
+            "ordo_peer={public_key},queue={queue},cpu={cpu},node={node},regime={regime},pps={:.0},millicores={:.0}",
             load.pps,
             load.cores * 1000.0
         );
