@@ -35,9 +35,9 @@ pub struct Expired {
     pub zero_key_material: bool,
     /// The persistent keepalive interval elapsed with nothing sent.
     pub persistent_keepalive: bool,
-    /// The peer moved to another receive queue while initiations were rate-limited: a
-    /// handshake may now move its session's index there.
-    pub requeue: bool,
+    /// A handshake that the one-initiation-per-REKEY_TIMEOUT limit held back may now go
+    /// (packets wait for it, or the peer moved to another receive queue).
+    pub held_handshake: bool,
 }
 
 impl Expired {
@@ -47,7 +47,7 @@ impl Expired {
             || self.new_handshake
             || self.zero_key_material
             || self.persistent_keepalive
-            || self.requeue
+            || self.held_handshake
     }
 }
 
@@ -59,7 +59,7 @@ pub struct Timers {
     new_handshake: Option<Instant>,
     zero_key_material: Option<Instant>,
     persistent_keepalive: Option<Instant>,
-    requeue: Option<Instant>,
+    held_handshake: Option<Instant>,
     need_another_keepalive: bool,
     /// Persistent keepalive interval; zero disables it.
     pub persistent_interval: Duration,
@@ -101,14 +101,14 @@ impl Timers {
 
     pub fn handshake_initiated(&mut self, now: Instant, jitter: Duration) {
         self.retransmit_handshake = Some(now + REKEY_TIMEOUT + jitter);
-        // This initiation carries an index on the peer's current queue.
-        self.requeue = None;
+        // This initiation is the one that was held back, if any.
+        self.held_handshake = None;
     }
 
-    /// The peer moved to another receive queue and the handshake that moves its session's
-    /// index there may not start before `at` (one initiation per REKEY_TIMEOUT).
-    pub fn requeue_at(&mut self, at: Instant) {
-        self.requeue = Some(at);
+    /// A handshake is wanted but may not start before `at` (one initiation per
+    /// REKEY_TIMEOUT): packets wait for it, or the peer moved to another receive queue.
+    pub fn hold_handshake_until(&mut self, at: Instant) {
+        self.held_handshake = Some(at);
     }
 
     pub fn handshake_complete(&mut self) {
@@ -153,7 +153,7 @@ impl Timers {
             self.new_handshake,
             self.zero_key_material,
             self.persistent_keepalive,
-            self.requeue,
+            self.held_handshake,
         ]
         .into_iter()
         .flatten()
@@ -180,7 +180,7 @@ impl Timers {
             new_handshake: take(&mut self.new_handshake, now),
             zero_key_material: take(&mut self.zero_key_material, now),
             persistent_keepalive: take(&mut self.persistent_keepalive, now),
-            requeue: take(&mut self.requeue, now),
+            held_handshake: take(&mut self.held_handshake, now),
         };
         if e.send_keepalive && self.need_another_keepalive {
             self.need_another_keepalive = false;

@@ -586,6 +586,29 @@ fn a_short_persistent_keepalive_keeps_initiating_after_the_keys_are_erased() {
     assert!((10..=12).contains(&sent), "{sent} initiations in a minute");
 }
 
+/// A session used up (REJECT_AFTER_MESSAGES) moments after its handshake: the packets that
+/// follow wait for a new session, whose initiation the one-per-REKEY_TIMEOUT limit holds
+/// back; it goes when the limit ends, without another packet to ask for it, and they arrive.
+#[test]
+fn packets_staged_while_the_initiation_limit_holds_go_when_it_ends() {
+    let mut n = established();
+    n.advance(Duration::from_secs(1));
+    n.a.set_send_counter_for_test(n.pa, REJECT_AFTER_MESSAGES - 1);
+    let delivered = n.tun_b.len();
+    n.send(true, b"the last on the old session");
+    n.send(true, b"waits");
+    n.send(true, b"waits too");
+    assert_eq!(n.tun_b.len(), delivered + 1, "the old session's last");
+    let completed = n.a.stats.handshakes_completed;
+    n.advance(REKEY_TIMEOUT);
+    assert_eq!(
+        n.a.stats.handshakes_completed,
+        completed + 1,
+        "a new session, once the limit ended"
+    );
+    assert_eq!(n.tun_b.len(), delivered + 3, "the staged packets, on it");
+}
+
 #[test]
 fn cookie_under_load_then_mac2_accepted() {
     let mut n = Net::new(None);

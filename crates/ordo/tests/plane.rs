@@ -12,7 +12,7 @@ use ordo::placement::model::{Model, Plan, PlaneConfig};
 use ordo::plane::stats::Stage;
 use ordo::plane::DataPlane;
 use ordo::threads::{self, Stop};
-use ordo_proto::timers::REKEY_AFTER_MESSAGES;
+use ordo_proto::timers::{REJECT_AFTER_MESSAGES, REKEY_AFTER_MESSAGES};
 use ordo_proto::{DropReason, Interface, PeerId, PrivateKey};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
@@ -484,6 +484,37 @@ fn a_rekey_under_traffic_loses_nothing() {
         }
         assert_eq!(a.drops(), BTreeMap::new(), "{model}");
         assert_eq!(b.drops(), BTreeMap::new(), "{model}");
+    });
+}
+
+/// A session that reaches REJECT_AFTER_MESSAGES stops sending, whatever the batches its
+/// nonces are reserved in: what follows waits for the new session (the rekey its use started)
+/// and goes on it. No counter is used twice or past the limit: B would refuse either
+/// (replay window), and refuses nothing.
+#[test]
+fn sending_stops_at_reject_after_messages_and_a_new_session_takes_over() {
+    in_every_model(&MODELS, |model| {
+        let (a, b) = tunnel(model, Faults::default());
+        a.connect(&b);
+        a.plane
+            .core()
+            .set_send_counter_for_test(a.peer, REJECT_AFTER_MESSAGES - 100);
+        // Below the limit, then through it: fewer than a peer's 128 staged packets wait for
+        // the new session.
+        let n = 200;
+        for start in (0..n).step_by(50) {
+            a.send(start..start + 50);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let got: Vec<u32> = b.receive(n as usize, PATIENCE).into_iter().map(|g| g.0).collect();
+        assert_eq!(got, (0..n).collect::<Vec<_>>(), "{model}: each once, in order");
+        assert!(b.plane.core().stats.handshakes_completed >= 2, "{model}: a new session");
+        assert_eq!(
+            b.drops(),
+            BTreeMap::new(),
+            "{model}: no counter reused or past the limit"
+        );
+        assert_eq!(a.drops(), BTreeMap::new(), "{model}: nothing lost waiting");
     });
 }
 

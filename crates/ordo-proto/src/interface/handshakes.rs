@@ -38,10 +38,13 @@ impl Interface {
         if !retry {
             peer.handshake_attempts = 0;
         }
-        if peer
-            .last_handshake_sent
-            .is_some_and(|t| now.saturating_duration_since(t) < REKEY_TIMEOUT)
-        {
+        if let Some(t) = (peer.last_handshake_sent).filter(|t| now.saturating_duration_since(*t) < REKEY_TIMEOUT) {
+            // Held back by the limit. Packets that wait for a session must not wait for
+            // whatever asks for the next handshake: it goes when the limit ends. (A handshake
+            // in flight has its own retransmission.)
+            if !peer.staged.is_empty() && peer.handshake.is_none() {
+                peer.timers.hold_handshake_until(t + REKEY_TIMEOUT);
+            }
             return;
         }
         let (Some(ss), Some(to), true) = (peer.static_static.clone(), peer.endpoint, self.identity.is_some()) else {

@@ -372,7 +372,7 @@ impl Interface {
                 // may go when the rate limit allows.
                 Some(t) if now.saturating_duration_since(t) < REKEY_TIMEOUT => {
                     let peer = self.peers.get_mut(&id).expect("peer exists");
-                    peer.timers.requeue_at(t + REKEY_TIMEOUT);
+                    peer.timers.hold_handshake_until(t + REKEY_TIMEOUT);
                 }
                 _ => self.initiate(id, now, wall, false),
             }

@@ -34,7 +34,8 @@ impl Interface {
             if e.send_keepalive || e.persistent_keepalive {
                 self.send_keepalive(id, now, wall);
             }
-            if e.new_handshake || (e.requeue && self.session_off_queue(id)) {
+            let waiting = self.peers.get(&id).is_some_and(|p| !p.staged.is_empty());
+            if e.new_handshake || (e.held_handshake && (waiting || self.session_off_queue(id))) {
                 self.initiate(id, now, wall, false);
             }
             if e.zero_key_material {
