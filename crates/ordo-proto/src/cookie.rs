@@ -119,8 +119,9 @@ impl CookieJar {
         }
     }
 
-    /// Writes mac1 and, if we hold a fresh cookie, mac2 into a handshake message.
-    pub fn stamp(&mut self, msg: &mut [u8], now: Instant) {
+    /// Writes mac1 and, if we hold a fresh cookie, mac2 into a handshake message. Returns the
+    /// mac1, which a cookie reply to this message is sealed to.
+    pub fn stamp(&mut self, msg: &mut [u8], now: Instant) -> [u8; 16] {
         let at1 = mac1_offset(msg.len());
         let m1 = mac(&self.mac1_key, &[&msg[..at1]]);
         msg[at1..at1 + 16].copy_from_slice(&m1);
@@ -131,14 +132,21 @@ impl CookieJar {
             _ => [0; 16],
         };
         msg[at2..at2 + 16].copy_from_slice(&m2);
+        m1
     }
 
     /// Accepts a cookie reply to the last message we stamped. False if it does not open.
     pub fn consume_reply(&mut self, reply: &CookieReply, now: Instant) -> bool {
-        let Some(m1) = self.last_mac1 else {
-            return false;
-        };
-        match xaead_open(&self.cookie_key, &reply.nonce, &reply.encrypted_cookie, &m1) {
+        match self.last_mac1 {
+            Some(m1) => self.consume_reply_to(reply, &m1, now),
+            None => false,
+        }
+    }
+
+    /// Accepts a cookie reply to an earlier message whose mac1 was `mac1` (a sender of many
+    /// messages in flight, such as a load generator, keeps their mac1s by sender index).
+    pub fn consume_reply_to(&mut self, reply: &CookieReply, mac1: &[u8; 16], now: Instant) -> bool {
+        match xaead_open(&self.cookie_key, &reply.nonce, &reply.encrypted_cookie, mac1) {
             Some(c) => {
                 self.cookie = Some((c, now));
                 true

@@ -1,6 +1,6 @@
-//! Per-source token buckets for handshake messages, consulted only while the interface is
-//! under load: each source address (an IPv6 /64 counts as one) may start 20 handshakes a
-//! second with a burst of 5. The table is bounded; when full, stale entries go first and a
+//! Per-source token buckets, consulted only while the interface is under load (one table for
+//! the handshakes we compute, one for the cookie replies we send): each source address (an
+//! IPv6 /64 counts as one) may have 20 a second with a burst of 5. The table is bounded; when full, stale entries go first and a
 //! source that still finds no room is refused, so a flood cannot grow memory.
 
 use std::collections::HashMap;

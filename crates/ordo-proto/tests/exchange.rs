@@ -655,6 +655,49 @@ fn only_handshakes_that_pass_mac1_count_toward_load() {
     assert!(m.b.under_load(m.now), "one over the rate, all with a valid mac1");
 }
 
+/// Under load, initiations with a valid mac1 and no mac2 (anyone who knows B's public key
+/// can make them) get cookie replies at a source's rate and no more: a burst of 5, then 20 a
+/// second; the rest are dropped as rate limited. Another source still gets its cookie, and
+/// a peer that answers it completes its handshake.
+#[test]
+fn cookie_replies_are_rate_limited_per_source() {
+    let mut n = Net::new(None);
+    n.b.force_under_load = true;
+    // A's initiation, which B cannot answer (A never hears back): a valid mac1, no mac2.
+    n.b_reachable = false;
+    n.send(true, b"lost");
+    n.b_reachable = true;
+    let initiation = n.wire_from_a.last().unwrap().clone();
+    let evil: SocketAddr = "203.0.113.66:1".parse().unwrap();
+    let mut outcomes = std::collections::BTreeMap::new();
+    for _ in 0..1000 {
+        let r = n.b.receive(n.now, n.wall(), evil, &mut initiation.clone());
+        *outcomes.entry(format!("{r:?}")).or_insert(0) += 1;
+    }
+    assert_eq!(outcomes["CookieSent"], 5, "{outcomes:?}");
+    assert_eq!(outcomes["Dropped(RateLimited)"], 995, "{outcomes:?}");
+    n.now += Duration::from_secs(1);
+    let sent = (0..1000)
+        .filter(|_| n.b.receive(n.now, n.wall(), evil, &mut initiation.clone()) == Received::CookieSent)
+        .count();
+    assert_eq!(sent, 5, "refilled to the burst");
+    let before = n.b.stats.cookie_replies_sent;
+    let other: SocketAddr = "203.0.113.67:1".parse().unwrap();
+    assert_eq!(
+        n.b.receive(n.now, n.wall(), other, &mut initiation.clone()),
+        Received::CookieSent
+    );
+    assert_eq!(n.b.stats.cookie_replies_sent, before + 1);
+    while n.b.poll_transmit().is_some() {}
+    // The genuine peer still gets through: its retry gets a cookie, the next carries mac2.
+    let replies = n.b.stats.cookie_replies_sent;
+    for _ in 0..2 {
+        n.advance(REKEY_TIMEOUT + Duration::from_millis(MAX_JITTER_MS));
+    }
+    assert_eq!(n.b.stats.cookie_replies_sent, replies + 1);
+    assert_eq!(n.tun_b.len(), 1, "the staged packet, on A's new session");
+}
+
 #[test]
 fn roaming_follows_the_latest_authentic_source() {
     let mut n = established();

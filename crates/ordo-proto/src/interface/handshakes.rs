@@ -109,6 +109,11 @@ impl Interface {
         }
         let checker = self.checker.as_mut().expect("checked above");
         if !checker.mac2_valid(buf, &src, now, &mut self.rng) {
+            // A cookie reply costs a seal and a send: a flood with a valid mac1 (anyone who
+            // knows our public key can make one) gets a source's rate of them and no more.
+            if !self.cookie_limiter.allow(src.ip(), now) {
+                return Err(DropReason::RateLimited);
+            }
             let reply = checker.reply(buf, &src, now, &mut self.rng).write();
             self.stats.cookie_replies_sent += 1;
             self.push_transmit(src, reply.to_vec());

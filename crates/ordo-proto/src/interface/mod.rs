@@ -70,7 +70,8 @@ pub enum DropReason {
     HandshakeReplay,
     /// An initiation less than 20 ms after the previous one from that peer.
     HandshakeFlood,
-    /// A handshake from a source over its rate while we are under load.
+    /// A handshake message from a source over its rate while we are under load: answered
+    /// neither with a handshake nor with a cookie reply.
     RateLimited,
     /// A response or cookie reply that matches no handshake of ours, or does not open.
     UnexpectedHandshake,
@@ -251,7 +252,11 @@ pub struct Interface {
     next_peer_id: u64,
     rng: ChaCha20Rng,
     mtu: usize,
+    /// Handshakes a source may make us compute, under load (mac2 proved its address).
     limiter: RateLimiter,
+    /// Cookie replies a source may get, under load: without it every datagram with a valid
+    /// mac1 would cost a seal and a send.
+    cookie_limiter: RateLimiter,
     load_window: (Instant, u32),
     under_load_until: Option<Instant>,
     /// Receive queues that our receiver indices steer between (see steering.rs); 1: none.
@@ -288,6 +293,7 @@ impl Interface {
             rng,
             mtu: 1420,
             limiter: RateLimiter::default(),
+            cookie_limiter: RateLimiter::default(),
             load_window: (now, 0),
             under_load_until: None,
             force_under_load: false,

@@ -4,6 +4,7 @@
 //! ordo loadgen setup --clients N [--seed S] [--listen-port P]   > server.conf  (wg setconf)
 //! ordo loadgen run   --clients N [--seed S] --server ADDR:PORT --sink-netns NS [traffic...]
 //! ordo loadgen sink  --listen ADDR:PORT                          (started by `run`)
+//! ordo loadgen flood --server ADDR:PORT --kind junk|initiation --rate R [--answer-cookies]
 //! ```
 //!
 //! Keys come from the seed, so `setup` and `run` agree on them without a key file: these are
@@ -18,6 +19,7 @@
 //! generator's own CPU time, with a warning when it was the bottleneck.
 
 pub mod client;
+pub mod flood;
 pub mod sink;
 pub mod stats;
 pub mod wire;
@@ -67,6 +69,8 @@ pub enum LoadgenCommand {
     },
     /// Run the clients against a server configured with `setup`'s output.
     Run(RunArgs),
+    /// What an attacker without a key sends: junk or initiations with a valid mac1.
+    Flood(flood::FloodArgs),
     /// The target behind the server (started by `run` in the server's namespace).
     Sink {
         #[arg(long, default_value_t = TARGET)]
@@ -239,6 +243,15 @@ pub fn command(cmd: LoadgenCommand) -> Result<()> {
             Ok(())
         }
         LoadgenCommand::Sink { listen } => sink::run(listen),
+        LoadgenCommand::Flood(a) => {
+            let r = flood::run(&a)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", flood::render(&r));
+            }
+            Ok(())
+        }
         LoadgenCommand::Run(a) => {
             let r = run(&a)?;
             if a.json {

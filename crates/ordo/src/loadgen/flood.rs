@@ -1,0 +1,329 @@
+//! `ordo loadgen flood`: what an attacker without a key sends a WireGuard server, at a stated
+//! rate, to measure what it costs the server and its established peers.
+//!
+//! - `junk`: datagrams of an initiation's length and type with random contents, so a wrong
+//!   mac1: the least a server can spend on a datagram it reads. Its rate is the baseline the
+//!   other kinds are measured against (the generator's own cost, and the packets, are the same).
+//! - `initiation`: initiations with a valid mac1 for the server's public key (anyone who knows
+//!   the key can make them) and random contents: without the cookie mechanism each would
+//!   cost the server a Diffie-Hellman before it fails to decrypt.
+//!
+//! With `--answer-cookies` the generator opens the cookie replies it gets (as a real client
+//! does) and stamps every later initiation from that socket with mac2, proving a round trip
+//! from its address: what is left is the server's per-source rate limit.
+//!
+//! Source addresses come from `--bind` (one socket each, any port); on a namespace of one's
+//! own, add them to the interface first. Every datagram goes to `--server`; the report says
+//! how many were sent (a full socket buffer refuses some), the cookie replies received and
+//! opened, and the generator's CPU time.
+
+use super::stats::cpu_seconds;
+use crate::outer::udp::batch::{send_batch, Receiver};
+use anyhow::{bail, Context, Result};
+use ordo_proto::cookie::CookieJar;
+use ordo_proto::messages::{self, CookieReply, COOKIE_REPLY_LEN, INITIATION_LEN, TYPE_INITIATION};
+use ordo_proto::PublicKey;
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use serde::Serialize;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FloodKind {
+    Junk,
+    Initiation,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct FloodArgs {
+    /// The server's outer address.
+    #[arg(long)]
+    pub server: SocketAddr,
+    /// The server's public key (base64); without it, the key `ordo loadgen setup --seed`
+    /// gave the server.
+    #[arg(long)]
+    pub server_key: Option<String>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long, value_enum)]
+    pub kind: FloodKind,
+    /// Datagrams per second, all sources together.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub rate: u32,
+    /// Seconds of flood.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Source addresses, one socket each, used in turn.
+    #[arg(long, value_delimiter = ',', default_value = "0.0.0.0")]
+    pub bind: Vec<IpAddr>,
+    /// Open cookie replies and stamp later initiations with mac2 (with `--kind initiation`).
+    #[arg(long)]
+    pub answer_cookies: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize, Debug, Default, PartialEq)]
+pub struct FloodReport {
+    pub kind: Option<FloodKind>,
+    pub sources: usize,
+    pub seconds: f64,
+    /// The rate asked for and the rate sent, datagrams per second.
+    pub rate: u32,
+    pub sent_per_second: f64,
+    pub sent: u64,
+    /// Datagrams the kernel refused (a full socket buffer): not sent.
+    pub refused: u64,
+    pub cookie_replies: u64,
+    /// Cookie replies that opened (with --answer-cookies).
+    pub cookies_opened: u64,
+    /// Initiations sent with a mac2.
+    pub sent_with_mac2: u64,
+    /// The generator's CPU time over the flood, in cores.
+    pub cores: f64,
+}
+
+/// The mac1s of this many recent initiations per socket are kept, by sender index, to open
+/// the cookie replies to them.
+const MAC1_RING: usize = 4096;
+/// Datagrams per system call at most (sendmmsg).
+const BATCH: usize = 64;
+/// A flood that falls behind does not catch up with more than this much at once.
+const MAX_BEHIND: Duration = Duration::from_millis(20);
+
+/// One source: a socket, and what it needs to answer cookies.
+struct Source {
+    sock: UdpSocket,
+    jar: CookieJar,
+    /// (sender index, mac1) of recent initiations, at sender % MAC1_RING.
+    mac1s: Vec<(u32, [u8; 16])>,
+    next_sender: u32,
+}
+
+fn check(a: &FloodArgs) -> Result<()> {
+    if !(a.duration > 0.0 && a.duration <= 86_400.0) {
+        bail!("--duration must be more than 0 and at most 86400 seconds");
+    }
+    if a.answer_cookies && a.kind != FloodKind::Initiation {
+        bail!("--answer-cookies needs --kind initiation (junk gets no cookie reply)");
+    }
+    if let Some(b) = a
+        .bind
+        .iter()
+        .find(|b| !b.is_unspecified() && b.is_ipv4() != a.server.is_ipv4())
+    {
+        bail!("--bind {b}: not of the address family of --server {}", a.server);
+    }
+    Ok(())
+}
+
+fn server_key(a: &FloodArgs) -> Result<PublicKey> {
+    match &a.server_key {
+        Some(k) => PublicKey::from_base64(k).map_err(|e| anyhow::anyhow!("--server-key: {e}")),
+        None => Ok(super::keys(a.seed, 0).0.public_key()),
+    }
+}
+
+fn open_sources(a: &FloodArgs, key: &PublicKey) -> Result<Vec<Source>> {
+    a.bind
+        .iter()
+        .map(|&ip| {
+            let ip = match ip {
+                ip if ip.is_unspecified() && a.server.is_ipv6() => IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED),
+                ip => ip,
+            };
+            let sock = UdpSocket::bind(SocketAddr::new(ip, 0)).with_context(|| format!("cannot bind {ip}"))?;
+            // A full buffer refuses (and is counted) instead of holding the pace back.
+            sock.set_nonblocking(true)?;
+            Ok(Source {
+                sock,
+                jar: CookieJar::new(key),
+                mac1s: vec![(u32::MAX, [0; 16]); MAC1_RING],
+                next_sender: 0,
+            })
+        })
+        .collect()
+}
+
+/// Writes one datagram of the flood into `out` (INITIATION_LEN bytes).
+fn make(kind: FloodKind, s: &mut Source, rng: &mut ChaCha20Rng, now: Instant, out: &mut [u8]) -> bool {
+    rng.fill_bytes(out);
+    out[..4].copy_from_slice(&[TYPE_INITIATION, 0, 0, 0]);
+    if kind == FloodKind::Junk {
+        return false;
+    }
+    let sender = s.next_sender;
+    s.next_sender = s.next_sender.wrapping_add(1);
+    out[4..8].copy_from_slice(&sender.to_le_bytes());
+    let mac1 = s.jar.stamp(out, now);
+    s.mac1s[sender as usize % MAC1_RING] = (sender, mac1);
+    out[messages::mac2_offset(INITIATION_LEN)..] != [0; 16]
+}
+
+/// Reads what came back to a source; opens cookie replies when `answer`.
+fn collect_replies(s: &mut Source, rx: &mut Receiver, answer: bool, report: &mut FloodReport) {
+    let mut got = Vec::new();
+    while rx.recv_ready(&s.sock, &mut got).is_ok() && !got.is_empty() {
+        for d in got.drain(..) {
+            let Ok(bytes) = <&[u8; COOKIE_REPLY_LEN]>::try_from(&d.data[..]) else {
+                continue;
+            };
+            if messages::classify(bytes) != Some(messages::Kind::CookieReply) {
+                continue;
+            }
+            report.cookie_replies += 1;
+            if !answer {
+                continue;
+            }
+            let reply = CookieReply::parse(bytes);
+            let (sender, mac1) = s.mac1s[reply.receiver as usize % MAC1_RING];
+            if sender == reply.receiver && s.jar.consume_reply_to(&reply, &mac1, Instant::now()) {
+                report.cookies_opened += 1;
+            }
+        }
+    }
+}
+
+pub fn run(a: &FloodArgs) -> Result<FloodReport> {
+    check(a)?;
+    let key = server_key(a)?;
+    let mut sources = open_sources(a, &key)?;
+    let mut rng = ChaCha20Rng::from_entropy();
+    let mut rx = Receiver::new(1500);
+    let gso = AtomicBool::new(false);
+    let mut report = FloodReport {
+        kind: Some(a.kind),
+        sources: sources.len(),
+        rate: a.rate,
+        ..Default::default()
+    };
+    let mut bufs = vec![[0u8; INITIATION_LEN]; BATCH];
+    let (start, cpu0) = (Instant::now(), cpu_seconds());
+    let end = start + Duration::from_secs_f64(a.duration);
+    let mut turn = 0usize;
+    let (mut due_base, mut base_at) = (0u64, start);
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        for s in sources.iter_mut() {
+            collect_replies(s, &mut rx, a.answer_cookies, &mut report);
+        }
+        // What the rate asks for by now, never more than MAX_BEHIND of it at once.
+        let mut due = due_base + (now.duration_since(base_at).as_secs_f64() * a.rate as f64) as u64;
+        let backlog = (MAX_BEHIND.as_secs_f64() * a.rate as f64).max(1.0) as u64;
+        let offered = report.sent + report.refused;
+        if due > offered + backlog {
+            (due_base, base_at) = (offered + backlog, now);
+            due = due_base;
+        }
+        let mut left = due.saturating_sub(offered) as usize;
+        if left == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        while left > 0 {
+            let at = turn % sources.len();
+            let s = &mut sources[at];
+            turn += 1;
+            let n = left.min(BATCH);
+            for b in &mut bufs[..n] {
+                if make(a.kind, s, &mut rng, now, b) {
+                    report.sent_with_mac2 += 1;
+                }
+            }
+            let payloads: Vec<&[u8]> = bufs[..n].iter().map(|b| &b[..]).collect();
+            let sent = send_batch(&s.sock, a.server, &payloads, &gso).unwrap_or(0);
+            report.sent += sent as u64;
+            report.refused += (n - sent) as u64;
+            left -= n;
+        }
+    }
+    report.seconds = start.elapsed().as_secs_f64();
+    report.cores = (cpu_seconds() - cpu0) / report.seconds;
+    report.sent_per_second = report.sent as f64 / report.seconds;
+    // Replies still on their way.
+    std::thread::sleep(Duration::from_millis(100));
+    for s in sources.iter_mut() {
+        collect_replies(s, &mut rx, a.answer_cookies, &mut report);
+    }
+    Ok(report)
+}
+
+pub fn render(r: &FloodReport) -> String {
+    format!(
+        "flood {:?} from {} sources: {:.0}/s for {:.1} s ({} sent, {} refused by the socket), \
+         {} cookie replies ({} opened, {} initiations with mac2), generator {:.2} cores\n",
+        r.kind.unwrap_or(FloodKind::Junk),
+        r.sources,
+        r.sent_per_second,
+        r.seconds,
+        r.sent,
+        r.refused,
+        r.cookie_replies,
+        r.cookies_opened,
+        r.sent_with_mac2,
+        r.cores
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ordo_proto::cookie::CookieChecker;
+    use ordo_proto::PrivateKey;
+
+    fn source(key: &PublicKey) -> Source {
+        Source {
+            sock: UdpSocket::bind("127.0.0.1:0").unwrap(),
+            jar: CookieJar::new(key),
+            mac1s: vec![(u32::MAX, [0; 16]); MAC1_RING],
+            next_sender: 0,
+        }
+    }
+
+    #[test]
+    fn initiations_pass_mac1_and_junk_does_not() {
+        let server = PrivateKey::generate(&mut ChaCha20Rng::seed_from_u64(7)).public_key();
+        let checker = CookieChecker::new(&server);
+        let (mut s, mut rng, now) = (source(&server), ChaCha20Rng::seed_from_u64(1), Instant::now());
+        let mut b = [0u8; INITIATION_LEN];
+        for _ in 0..100 {
+            make(FloodKind::Initiation, &mut s, &mut rng, now, &mut b);
+            assert_eq!(messages::classify(&b), Some(messages::Kind::Initiation));
+            assert!(checker.mac1_valid(&b));
+            make(FloodKind::Junk, &mut s, &mut rng, now, &mut b);
+            assert_eq!(messages::classify(&b), Some(messages::Kind::Initiation));
+            assert!(!checker.mac1_valid(&b));
+        }
+    }
+
+    /// A cookie reply to an initiation sent a thousand messages earlier still opens, and
+    /// every initiation after it carries a mac2 the server accepts from that source.
+    #[test]
+    fn a_reply_to_an_earlier_initiation_opens_and_mac2_follows() {
+        let server = PrivateKey::generate(&mut ChaCha20Rng::seed_from_u64(7)).public_key();
+        let mut checker = CookieChecker::new(&server);
+        let (mut s, mut rng, now) = (source(&server), ChaCha20Rng::seed_from_u64(1), Instant::now());
+        let src: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+        let mut first = [0u8; INITIATION_LEN];
+        make(FloodKind::Initiation, &mut s, &mut rng, now, &mut first);
+        let mut b = [0u8; INITIATION_LEN];
+        for _ in 0..1000 {
+            assert!(
+                !make(FloodKind::Initiation, &mut s, &mut rng, now, &mut b),
+                "no cookie yet"
+            );
+        }
+        let reply = checker.reply(&first, &src, now, &mut rng);
+        let (sender, mac1) = s.mac1s[reply.receiver as usize % MAC1_RING];
+        assert_eq!(sender, 0);
+        assert!(s.jar.consume_reply_to(&reply, &mac1, now));
+        assert!(make(FloodKind::Initiation, &mut s, &mut rng, now, &mut b));
+        assert!(checker.mac2_valid(&b, &src, now, &mut rng));
+    }
+}

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# A handshake flood against a server while an established peer runs one TCP flow through it
+# (issue 19). Two hosts over veth: B is the server (configured for the established peer A
+# and for NEW load-generator clients), A runs the established peer's tunnel end, iperf3's
+# client, the flood (`ordo loadgen flood`, from SOURCES addresses of A's own) and, once the
+# flood is under way, NEW clients that must complete their handshakes through it. Phases,
+# each with a fresh flow of DURATION seconds:
+#   none        no flood
+#   junk        initiation-sized datagrams with a wrong mac1, at RATE per second: the
+#               generator's own cost, and the baseline the others are held to
+#   initiation  initiations with a valid mac1 for the server's key, at RATE
+#   cookies     the same, answering every cookie reply (mac2 proves each source's address)
+# Per phase: the flow (Gbit/s, and its share of the junk phase's), the server's RSS (sampled
+# every second: first, largest, last), the new clients that came up and how long they took,
+# what the flood sent, and for Ordo the cookie replies it sent and its drops by reason.
+#
+#   scripts/flood.sh [DURATION=10] [RATE=100000] [SOURCES=32]   FLOOD_IMPLS (default: ordo)
+set -euo pipefail
+source "$(dirname "$0")/../tests/interop/lib.sh"
+# Names of our own, so a flood never meets an interop run's namespaces.
+NS_A=ordo-flood-a
+NS_B=ordo-flood-b
+IF_A=wg-flood-a
+IF_B=wg-flood-b
+DURATION=${1:-10}
+RATE=${2:-100000}
+SOURCES=${3:-32}
+((SOURCES >= 1 && SOURCES <= 200)) || { log "SOURCES: 1 to 200 (addresses 10.77.0.10 on)"; exit 2; }
+IMPLS=(${FLOOD_IMPLS:-ordo})
+PHASES=(${FLOOD_PHASES:-none junk initiation cookies})
+NEW=16
+RESULTS=$LOGDIR/flood.jsonl
+trap teardown EXIT
+: >"$RESULTS"
+
+# server_pid: the daemon serving B (the only process in B before a phase starts).
+server_pid() { ip netns pids "$NS_B" | head -1; }
+
+# setup IMPL: the server in B for A and NEW clients; A's tunnel end; flood sources on A.
+setup() {
+    local impl=$1
+    make_hosts
+    start_impl "$impl" "$NS_B" "$IF_B"
+    start_impl "$impl" "$NS_A" "$IF_A"
+    SERVER_PID=$(server_pid)
+    "$ORDO" loadgen setup --clients "$NEW" --listen-port "$PORT_B" >"$LOGDIR/server.conf"
+    local server_pub
+    server_pub=$(awk '/^PrivateKey/ {print $3}' "$LOGDIR/server.conf" | "$ORDO" pubkey)
+    KEY_A=$(genkey)
+    PUB_A=$(pubkey "$KEY_A")
+    ip netns exec "$NS_B" wg setconf "$IF_B" "$LOGDIR/server.conf"
+    ip netns exec "$NS_B" wg set "$IF_B" peer "$PUB_A" allowed-ips "$IN_A/32"
+    ip -n "$NS_B" addr add "$IN_B/24" dev "$IF_B"
+    ip -n "$NS_B" addr add 10.200.0.1/16 dev "$IF_B"
+    ip -n "$NS_B" link set "$IF_B" mtu 1420 up
+    configure "$NS_A" "$IF_A" "$KEY_A" "$PORT_A" "$server_pub" "$OUT_B:$PORT_B" "$IN_B/32"
+    ip -n "$NS_A" addr add "$IN_A/24" dev "$IF_A"
+    ip -n "$NS_A" link set "$IF_A" mtu 1420 up
+    FLOOD_BIND=()
+    for i in $(seq 10 $((9 + SOURCES))); do
+        ip -n "$NS_A" addr add "10.77.0.$i/24" dev veth-a
+        FLOOD_BIND+=("10.77.0.$i")
+    done
+    ip netns exec "$NS_A" ping -q -c 2 -i 0.2 -w 10 "$IN_B" >/dev/null
+}
+
+# counters: Ordo's counters on B as JSON ({} for other implementations).
+counters() {
+    ip netns exec "$NS_B" "$ORDO" show "$IF_B" --json 2>/dev/null |
+        python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[0]["counters"]))' 2>/dev/null || echo '{}'
+}
+
+# phase IMPL PHASE: one flow under one kind of flood; appends a JSON line to $RESULTS.
+phase() {
+    local impl=$1 phase=$2 flood_pid="" rss_pid flood_args=()
+    case "$phase" in
+        none) ;;
+        junk) flood_args=(--kind junk) ;;
+        initiation) flood_args=(--kind initiation) ;;
+        cookies) flood_args=(--kind initiation --answer-cookies) ;;
+    esac
+    local before after bind
+    before=$(counters)
+    bind=$(IFS=,; echo "${FLOOD_BIND[*]}")
+    # RSS each second, for the whole phase.
+    (while kill -0 "$SERVER_PID" 2>/dev/null; do
+        awk '/^VmRSS/ {print $2}' "/proc/$SERVER_PID/status"
+        sleep 1
+    done) >"$LOGDIR/rss.$phase" &
+    rss_pid=$!
+    ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
+    local srv=$!
+    for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break; sleep 0.1; done
+    if ((${#flood_args[@]})); then
+        ip netns exec "$NS_A" "$ORDO" loadgen flood --server "$OUT_B:$PORT_B" --rate "$RATE" \
+            --duration "$((DURATION + 3))" --bind "$bind" --json "${flood_args[@]}" >"$LOGDIR/flood.$phase" &
+        flood_pid=$!
+        sleep 1
+    fi
+    ip netns exec "$NS_A" iperf3 -c "$IN_B" -t "$DURATION" -J >"$LOGDIR/iperf.$phase" &
+    local client=$!
+    # New clients once the flood (and the flow) are under way.
+    sleep 2
+    ip netns exec "$NS_A" "$ORDO" loadgen run --clients "$NEW" --server "$OUT_B:$PORT_B" \
+        --sink-netns "$NS_B" --json --duration 1 --rate 10 --handshake-timeout "$((DURATION - 3))" \
+        >"$LOGDIR/new.$phase" 2>"$LOGDIR/new.$phase.err" || true
+    wait "$client"
+    [[ -n $flood_pid ]] && wait "$flood_pid"
+    wait "$srv" 2>/dev/null || true
+    kill "$rss_pid" 2>/dev/null || true
+    wait "$rss_pid" 2>/dev/null || true
+    after=$(counters)
+    python3 - "$impl" "$phase" "$LOGDIR" "$before" "$after" >>"$RESULTS" <<'EOF'
+import json, sys
+impl, phase, d, before, after = sys.argv[1:6]
+e = json.load(open(f"{d}/iperf.{phase}"))["end"]
+rss = [int(l) / 1024 for l in open(f"{d}/rss.{phase}") if l.strip()]
+try:
+    new = json.load(open(f"{d}/new.{phase}"))
+    new = {"up": new["clients_up"], "of": new["clients"], "seconds": round(new["handshake_seconds"], 2)}
+except Exception:
+    new = {"up": 0, "of": None, "seconds": None}
+try:
+    flood = json.load(open(f"{d}/flood.{phase}"))
+except Exception:
+    flood = {}
+b, a = json.loads(before), json.loads(after)
+delta = {k: a[k] - b.get(k, 0) for k in a if isinstance(a[k], int) and a[k] != b.get(k, 0)}
+print(json.dumps({
+    "impl": impl, "phase": phase,
+    "gbit": e["sum_received"]["bits_per_second"] / 1e9,
+    "rss_mb": [round(rss[0], 1), round(max(rss), 1), round(rss[-1], 1)] if rss else None,
+    "new": new,
+    "flood_per_second": round(flood.get("sent_per_second", 0)),
+    "flood_cores": round(flood.get("cores", 0), 2),
+    "cookie_replies_received": flood.get("cookie_replies", 0),
+    "cookies_opened": flood.get("cookies_opened", 0),
+    "counters": delta,
+}))
+EOF
+}
+
+for impl in "${IMPLS[@]}"; do
+    log "== $impl"
+    setup "$impl"
+    for p in "${PHASES[@]}"; do
+        log "   $p"
+        phase "$impl" "$p"
+    done
+    teardown
+done
+
+python3 - "$RESULTS" "$DURATION" "$RATE" "$SOURCES" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(f"flood: {sys.argv[3]} datagrams/s from {sys.argv[4]} sources, {sys.argv[2]} s flows")
+print(f"{'impl':14} {'phase':11} {'Gbit/s':>7} {'/junk':>6} {'RSS MB first/max/last':>22} {'new up':>7} {'hs s':>5} {'flood/s':>8} {'cookies/s':>9}  drops")
+for r in rows:
+    junk = next((x["gbit"] for x in rows if x["impl"] == r["impl"] and x["phase"] == "junk"), None)
+    share = f"{r['gbit'] / junk:.2f}" if junk else "-"
+    rss = "/".join(str(x) for x in r["rss_mb"]) if r["rss_mb"] else "-"
+    c = r["counters"]
+    secs = float(sys.argv[2]) + 3
+    cookies = f"{c.get('cookie_replies_sent', 0) / secs:.0f}" if c else "-"
+    drops = ", ".join(f"{k[len('drop_'):] if k.startswith('drop_') else k}={v}" for k, v in sorted(c.items()) if 'drop' in k)
+    new = f"{r['new']['up']}/{r['new']['of']}"
+    print(f"{r['impl']:14} {r['phase']:11} {r['gbit']:7.2f} {share:>6} {rss:>22} {new:>7} {str(r['new']['seconds']):>5} {r['flood_per_second']:>8} {cookies:>9}  {drops}")
+EOF
+echo "details: $RESULTS"
