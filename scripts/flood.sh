@@ -14,7 +14,12 @@
 # every second: first, largest, last), the new clients that came up and how long they took,
 # what the flood sent, and for Ordo the cookie replies it sent and its drops by reason.
 #
-#   scripts/flood.sh [DURATION=10] [RATE=100000] [SOURCES=32]   FLOOD_IMPLS (default: ordo)
+#   scripts/flood.sh [DURATION=20] [RATE=100000] [SOURCES=32]
+# FLOOD_IMPLS: ordo (its default model), ordo-MODEL, wireguard-go, boringtun (default: ordo);
+# FLOOD_PHASES narrows the phases.
+# FLOOD_PERF=1 records a machine-wide profile of each phase's flow into the log directory.
+# ORDO is the daemon under test; GENERATOR (default: ORDO) the ordo that floods and plays the
+# new clients, so an older daemon can be measured with today's generator.
 set -euo pipefail
 source "$(dirname "$0")/../tests/interop/lib.sh"
 # Names of our own, so a flood never meets an interop run's namespaces.
@@ -22,11 +27,14 @@ NS_A=ordo-flood-a
 NS_B=ordo-flood-b
 IF_A=wg-flood-a
 IF_B=wg-flood-b
-DURATION=${1:-10}
+DURATION=${1:-20}
 RATE=${2:-100000}
 SOURCES=${3:-32}
+# New clients need a cookie round (REKEY_TIMEOUT, 5 s) and then the handshake limit's.
+((DURATION >= 12)) || { log "DURATION: at least 12 s, for the new clients' cookie rounds"; exit 2; }
 ((SOURCES >= 1 && SOURCES <= 200)) || { log "SOURCES: 1 to 200 (addresses 10.77.0.10 on)"; exit 2; }
 IMPLS=(${FLOOD_IMPLS:-ordo})
+GENERATOR=${GENERATOR:-$ORDO}
 PHASES=(${FLOOD_PHASES:-none junk initiation cookies})
 NEW=16
 RESULTS=$LOGDIR/flood.jsonl
@@ -39,11 +47,13 @@ server_pid() { ip netns pids "$NS_B" | head -1; }
 # setup IMPL: the server in B for A and NEW clients; A's tunnel end; flood sources on A.
 setup() {
     local impl=$1
+    # ordo-MODEL: Ordo in that execution model at both ends.
+    [[ $impl == ordo-* ]] && { export ORDO_MODEL=${impl#ordo-}; impl=ordo; }
     make_hosts
     start_impl "$impl" "$NS_B" "$IF_B"
     start_impl "$impl" "$NS_A" "$IF_A"
     SERVER_PID=$(server_pid)
-    "$ORDO" loadgen setup --clients "$NEW" --listen-port "$PORT_B" >"$LOGDIR/server.conf"
+    "$GENERATOR" loadgen setup --clients "$NEW" --listen-port "$PORT_B" >"$LOGDIR/server.conf"
     local server_pub
     server_pub=$(awk '/^PrivateKey/ {print $3}' "$LOGDIR/server.conf" | "$ORDO" pubkey)
     KEY_A=$(genkey)
@@ -79,8 +89,11 @@ phase() {
         initiation) flood_args=(--kind initiation) ;;
         cookies) flood_args=(--kind initiation --answer-cookies) ;;
     esac
-    local before after bind
+    local before after bind cpu0 cpu1
     before=$(counters)
+    cpu0=$(awk '{print $14 + $15}' "/proc/$SERVER_PID/stat")
+    local t0
+    t0=$(date +%s%N)
     bind=$(IFS=,; echo "${FLOOD_BIND[*]}")
     # RSS each second, for the whole phase.
     (while kill -0 "$SERVER_PID" 2>/dev/null; do
@@ -92,17 +105,19 @@ phase() {
     local srv=$!
     for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break; sleep 0.1; done
     if ((${#flood_args[@]})); then
-        ip netns exec "$NS_A" "$ORDO" loadgen flood --server "$OUT_B:$PORT_B" --rate "$RATE" \
+        ip netns exec "$NS_A" "$GENERATOR" loadgen flood --server "$OUT_B:$PORT_B" --rate "$RATE" \
             --duration "$((DURATION + 3))" --bind "$bind" --json "${flood_args[@]}" >"$LOGDIR/flood.$phase" &
         flood_pid=$!
         sleep 1
     fi
     ip netns exec "$NS_A" iperf3 -c "$IN_B" -t "$DURATION" -J >"$LOGDIR/iperf.$phase" &
     local client=$!
+    # FLOOD_PERF=1: the whole machine profiled over the flow (perf report -i the file).
+    [[ -n ${FLOOD_PERF:-} ]] && perf record -q -a -g -o "$LOGDIR/perf.$phase" -- sleep "$((DURATION - 2))" >/dev/null 2>&1 &
     # New clients once the flood (and the flow) are under way.
     sleep 2
-    ip netns exec "$NS_A" "$ORDO" loadgen run --clients "$NEW" --server "$OUT_B:$PORT_B" \
-        --sink-netns "$NS_B" --json --duration 1 --rate 10 --handshake-timeout "$((DURATION - 3))" \
+    ip netns exec "$NS_A" "$GENERATOR" loadgen run --clients "$NEW" --server "$OUT_B:$PORT_B" \
+        --sink-netns "$NS_B" --json --duration 1 --rate 10 --handshake-timeout "$((DURATION - 4))" \
         >"$LOGDIR/new.$phase" 2>"$LOGDIR/new.$phase.err" || true
     wait "$client"
     [[ -n $flood_pid ]] && wait "$flood_pid"
@@ -110,9 +125,11 @@ phase() {
     kill "$rss_pid" 2>/dev/null || true
     wait "$rss_pid" 2>/dev/null || true
     after=$(counters)
-    python3 - "$impl" "$phase" "$LOGDIR" "$before" "$after" >>"$RESULTS" <<'EOF'
-import json, sys
+    cpu1=$(awk '{print $14 + $15}' "/proc/$SERVER_PID/stat")
+    python3 - "$impl" "$phase" "$LOGDIR" "$before" "$after" "$((cpu1 - cpu0))" "$(($(date +%s%N) - t0))" >>"$RESULTS" <<'EOF'
+import json, os, sys
 impl, phase, d, before, after = sys.argv[1:6]
+server_cores = int(sys.argv[6]) / os.sysconf("SC_CLK_TCK") / (int(sys.argv[7]) / 1e9)
 e = json.load(open(f"{d}/iperf.{phase}"))["end"]
 rss = [int(l) / 1024 for l in open(f"{d}/rss.{phase}") if l.strip()]
 try:
@@ -129,6 +146,7 @@ delta = {k: a[k] - b.get(k, 0) for k in a if isinstance(a[k], int) and a[k] != b
 print(json.dumps({
     "impl": impl, "phase": phase,
     "gbit": e["sum_received"]["bits_per_second"] / 1e9,
+    "server_cores": round(server_cores, 2),
     "rss_mb": [round(rss[0], 1), round(max(rss), 1), round(rss[-1], 1)] if rss else None,
     "new": new,
     "flood_per_second": round(flood.get("sent_per_second", 0)),
@@ -154,7 +172,7 @@ python3 - "$RESULTS" "$DURATION" "$RATE" "$SOURCES" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print(f"flood: {sys.argv[3]} datagrams/s from {sys.argv[4]} sources, {sys.argv[2]} s flows")
-print(f"{'impl':14} {'phase':11} {'Gbit/s':>7} {'/junk':>6} {'RSS MB first/max/last':>22} {'new up':>7} {'hs s':>5} {'flood/s':>8} {'cookies/s':>9}  drops")
+print(f"{'impl':14} {'phase':11} {'Gbit/s':>7} {'/junk':>6} {'server cores':>12} {'RSS MB first/max/last':>22} {'new up':>7} {'hs s':>5} {'flood/s':>8} {'cookies/s':>9}  drops")
 for r in rows:
     junk = next((x["gbit"] for x in rows if x["impl"] == r["impl"] and x["phase"] == "junk"), None)
     share = f"{r['gbit'] / junk:.2f}" if junk else "-"
@@ -164,6 +182,6 @@ for r in rows:
     cookies = f"{c.get('cookie_replies_sent', 0) / secs:.0f}" if c else "-"
     drops = ", ".join(f"{k[len('drop_'):] if k.startswith('drop_') else k}={v}" for k, v in sorted(c.items()) if 'drop' in k)
     new = f"{r['new']['up']}/{r['new']['of']}"
-    print(f"{r['impl']:14} {r['phase']:11} {r['gbit']:7.2f} {share:>6} {rss:>22} {new:>7} {str(r['new']['seconds']):>5} {r['flood_per_second']:>8} {cookies:>9}  {drops}")
+    print(f"{r['impl']:14} {r['phase']:11} {r['gbit']:7.2f} {share:>6} {r['server_cores']:>12} {rss:>22} {new:>7} {str(r['new']['seconds']):>5} {r['flood_per_second']:>8} {cookies:>9}  {drops}")
 EOF
 echo "details: $RESULTS"

@@ -656,8 +656,8 @@ fn only_handshakes_that_pass_mac1_count_toward_load() {
 }
 
 /// Under load, initiations with a valid mac1 and no mac2 (anyone who knows B's public key
-/// can make them) get cookie replies at a source's rate and no more: a burst of 5, then 20 a
-/// second; the rest are dropped as rate limited. Another source still gets its cookie, and
+/// can make them) get cookie replies at a source's rate and no more (COOKIE_REPLIES: a burst
+/// of 64, then 100 a second); the rest are dropped as rate limited. Another source still gets its cookie, and
 /// a peer that answers it completes its handshake.
 #[test]
 fn cookie_replies_are_rate_limited_per_source() {
@@ -674,13 +674,18 @@ fn cookie_replies_are_rate_limited_per_source() {
         let r = n.b.receive(n.now, n.wall(), evil, &mut initiation.clone());
         *outcomes.entry(format!("{r:?}")).or_insert(0) += 1;
     }
-    assert_eq!(outcomes["CookieSent"], 5, "{outcomes:?}");
-    assert_eq!(outcomes["Dropped(RateLimited)"], 995, "{outcomes:?}");
+    assert_eq!(outcomes["CookieSent"], 64, "{outcomes:?}");
+    assert_eq!(outcomes["Dropped(RateLimited)"], 936, "{outcomes:?}");
+    n.now += Duration::from_millis(100);
+    let sent = (0..1000)
+        .filter(|_| n.b.receive(n.now, n.wall(), evil, &mut initiation.clone()) == Received::CookieSent)
+        .count();
+    assert_eq!(sent, 10, "100 a second");
     n.now += Duration::from_secs(1);
     let sent = (0..1000)
         .filter(|_| n.b.receive(n.now, n.wall(), evil, &mut initiation.clone()) == Received::CookieSent)
         .count();
-    assert_eq!(sent, 5, "refilled to the burst");
+    assert_eq!(sent, 64, "refilled to the burst, no more");
     let before = n.b.stats.cookie_replies_sent;
     let other: SocketAddr = "203.0.113.67:1".parse().unwrap();
     assert_eq!(
@@ -696,6 +701,47 @@ fn cookie_replies_are_rate_limited_per_source() {
     }
     assert_eq!(n.b.stats.cookie_replies_sent, replies + 1);
     assert_eq!(n.tun_b.len(), 1, "the staged packet, on A's new session");
+}
+
+/// Under load, a source that answers cookies (a valid mac2) has a second's worth of
+/// handshakes computed (HANDSHAKES: 20), then none until its bucket refills: the rest are
+/// refused before their mac2 is computed. A forger of its address with a made-up mac2 gets
+/// cookie replies at most, and spends none of its handshakes.
+#[test]
+fn mac2_floods_stop_at_the_handshake_rate_and_forgers_spend_none_of_it() {
+    let mut n = Net::new(None);
+    n.b.force_under_load = true;
+    n.send(true, b"x");
+    assert_eq!(n.a.stats.cookie_replies_accepted, 1, "A holds a cookie");
+    // A's retry carries a mac2; B does not hear it.
+    n.b_reachable = false;
+    n.advance(REKEY_TIMEOUT + Duration::from_millis(MAX_JITTER_MS));
+    n.b_reachable = true;
+    let stamped = n.wire_from_a.last().unwrap().clone();
+    assert!(stamped[0] == 1 && ordo_proto::cookie::carries_mac2(&stamped));
+    let mut forged = stamped.clone();
+    *forged.last_mut().unwrap() ^= 1;
+    let outcomes = |n: &mut Net, msg: &[u8], times: usize| {
+        let mut o = std::collections::BTreeMap::new();
+        for _ in 0..times {
+            let r = n.b.receive(n.now, n.wall(), n.addr_a, &mut msg.to_vec());
+            *o.entry(format!("{r:?}")).or_insert(0) += 1;
+        }
+        while n.b.poll_transmit().is_some() {}
+        o
+    };
+    let o = outcomes(&mut n, &forged, 1000);
+    assert_eq!(o.get("CookieSent"), Some(&64), "{o:?}");
+    assert_eq!(o.get("Dropped(RateLimited)"), Some(&936), "{o:?}");
+    let o = outcomes(&mut n, &stamped, 1);
+    assert!(
+        o.keys().all(|k| k.starts_with("Handshake")),
+        "the genuine one passes: {o:?}"
+    );
+    // Replays of it: each computed (and refused as a replay) until the bucket is empty.
+    let o = outcomes(&mut n, &stamped, 100);
+    assert_eq!(o.get("Dropped(HandshakeReplay)"), Some(&19), "{o:?}");
+    assert_eq!(o.get("Dropped(RateLimited)"), Some(&81), "{o:?}");
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! before any expensive work, and the three handshake messages received.
 
 use super::{DropReason, Interface, Received, UNDER_LOAD_HANDSHAKES_PER_SECOND, UNDER_LOAD_HOLD};
+use crate::cookie;
 use crate::handshake::{self, HandshakeError};
 use crate::messages::{CookieReply, Initiation, Response};
 use crate::peer::PeerId;
@@ -106,6 +107,13 @@ impl Interface {
         self.note_handshake_load(now);
         if !self.under_load(now) {
             return Ok(None);
+        }
+        // A message with a mac2 from a source over its handshake rate is refused before the
+        // mac2 is computed: a flood that answers cookies then costs what junk costs. (Asking
+        // takes no token: only a valid mac2 does, so a forger of a victim's address cannot
+        // spend the victim's.) Without a mac2 it may still get its cookie for later.
+        if cookie::carries_mac2(buf) && !self.limiter.would_allow(src.ip(), now) {
+            return Err(DropReason::RateLimited);
         }
         let checker = self.checker.as_mut().expect("checked above");
         if !checker.mac2_valid(buf, &src, now, &mut self.rng) {

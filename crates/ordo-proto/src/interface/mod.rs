@@ -15,7 +15,7 @@ use crate::handshake::Identity;
 use crate::keys::{PresharedKey, PrivateKey, PublicKey};
 use crate::messages;
 use crate::peer::{Peer, PeerId};
-use crate::ratelimiter::RateLimiter;
+use crate::ratelimiter::{self, RateLimiter};
 use crate::steering;
 use crate::timers::REKEY_TIMEOUT;
 use rand_chacha::ChaCha20Rng;
@@ -292,8 +292,8 @@ impl Interface {
             next_peer_id: 1,
             rng,
             mtu: 1420,
-            limiter: RateLimiter::default(),
-            cookie_limiter: RateLimiter::default(),
+            limiter: RateLimiter::new(ratelimiter::HANDSHAKES),
+            cookie_limiter: RateLimiter::new(ratelimiter::COOKIE_REPLIES),
             load_window: (now, 0),
             under_load_until: None,
             force_under_load: false,

@@ -1,9 +1,10 @@
 //! `ordo loadgen flood`: what an attacker without a key sends a WireGuard server, at a stated
 //! rate, to measure what it costs the server and its established peers.
 //!
-//! - `junk`: datagrams of an initiation's length and type with random contents, so a wrong
-//!   mac1: the least a server can spend on a datagram it reads. Its rate is the baseline the
-//!   other kinds are measured against (the generator's own cost, and the packets, are the same).
+//! - `junk`: datagrams of an initiation's length and type with random contents and a mac1
+//!   made for another key: the least a server can spend on a datagram it reads. Its rate is
+//!   the baseline the other kinds are measured against: the packets and the generator's own
+//!   work per packet are the same, only the key differs.
 //! - `initiation`: initiations with a valid mac1 for the server's public key (anyone who knows
 //!   the key can make them) and random contents: without the cookie mechanism each would
 //!   cost the server a Diffie-Hellman before it fails to decrypt.
@@ -22,7 +23,7 @@ use crate::outer::udp::batch::{send_batch, Receiver};
 use anyhow::{bail, Context, Result};
 use ordo_proto::cookie::CookieJar;
 use ordo_proto::messages::{self, CookieReply, COOKIE_REPLY_LEN, INITIATION_LEN, TYPE_INITIATION};
-use ordo_proto::PublicKey;
+use ordo_proto::{PrivateKey, PublicKey};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
@@ -94,9 +95,13 @@ const BATCH: usize = 64;
 /// A flood that falls behind does not catch up with more than this much at once.
 const MAX_BEHIND: Duration = Duration::from_millis(20);
 
+/// How often the sockets are read for cookie replies.
+const REPLIES_EVERY: Duration = Duration::from_millis(10);
+
 /// One source: a socket, and what it needs to answer cookies.
 struct Source {
     sock: UdpSocket,
+    /// Stamps mac1 (and mac2 once a cookie came): for the server's key, or for junk another.
     jar: CookieJar,
     /// (sender index, mac1) of recent initiations, at sender % MAC1_RING.
     mac1s: Vec<(u32, [u8; 16])>,
@@ -127,7 +132,23 @@ fn server_key(a: &FloodArgs) -> Result<PublicKey> {
     }
 }
 
-fn open_sources(a: &FloodArgs, key: &PublicKey) -> Result<Vec<Source>> {
+impl Source {
+    fn new(sock: UdpSocket, kind: FloodKind, server: &PublicKey) -> Source {
+        let key = match kind {
+            FloodKind::Initiation => *server,
+            // Any other key: a mac1 as costly to make, and wrong.
+            FloodKind::Junk => PrivateKey::from_bytes([0x5a; 32]).public_key(),
+        };
+        Source {
+            sock,
+            jar: CookieJar::new(&key),
+            mac1s: vec![(u32::MAX, [0; 16]); MAC1_RING],
+            next_sender: 0,
+        }
+    }
+}
+
+fn open_sources(a: &FloodArgs, server: &PublicKey) -> Result<Vec<Source>> {
     a.bind
         .iter()
         .map(|&ip| {
@@ -138,12 +159,7 @@ fn open_sources(a: &FloodArgs, key: &PublicKey) -> Result<Vec<Source>> {
             let sock = UdpSocket::bind(SocketAddr::new(ip, 0)).with_context(|| format!("cannot bind {ip}"))?;
             // A full buffer refuses (and is counted) instead of holding the pace back.
             sock.set_nonblocking(true)?;
-            Ok(Source {
-                sock,
-                jar: CookieJar::new(key),
-                mac1s: vec![(u32::MAX, [0; 16]); MAC1_RING],
-                next_sender: 0,
-            })
+            Ok(Source::new(sock, a.kind, server))
         })
         .collect()
 }
@@ -152,15 +168,12 @@ fn open_sources(a: &FloodArgs, key: &PublicKey) -> Result<Vec<Source>> {
 fn make(kind: FloodKind, s: &mut Source, rng: &mut ChaCha20Rng, now: Instant, out: &mut [u8]) -> bool {
     rng.fill_bytes(out);
     out[..4].copy_from_slice(&[TYPE_INITIATION, 0, 0, 0]);
-    if kind == FloodKind::Junk {
-        return false;
-    }
     let sender = s.next_sender;
     s.next_sender = s.next_sender.wrapping_add(1);
     out[4..8].copy_from_slice(&sender.to_le_bytes());
     let mac1 = s.jar.stamp(out, now);
     s.mac1s[sender as usize % MAC1_RING] = (sender, mac1);
-    out[messages::mac2_offset(INITIATION_LEN)..] != [0; 16]
+    kind == FloodKind::Initiation && out[messages::mac2_offset(INITIATION_LEN)..] != [0; 16]
 }
 
 /// Reads what came back to a source; opens cookie replies when `answer`.
@@ -205,13 +218,17 @@ pub fn run(a: &FloodArgs) -> Result<FloodReport> {
     let end = start + Duration::from_secs_f64(a.duration);
     let mut turn = 0usize;
     let (mut due_base, mut base_at) = (0u64, start);
+    let mut replies_read = start;
     loop {
         let now = Instant::now();
         if now >= end {
             break;
         }
-        for s in sources.iter_mut() {
-            collect_replies(s, &mut rx, a.answer_cookies, &mut report);
+        if now.duration_since(replies_read) >= REPLIES_EVERY {
+            replies_read = now;
+            for s in sources.iter_mut() {
+                collect_replies(s, &mut rx, a.answer_cookies, &mut report);
+            }
         }
         // What the rate asks for by now, never more than MAX_BEHIND of it at once.
         let mut due = due_base + (now.duration_since(base_at).as_secs_f64() * a.rate as f64) as u64;
@@ -275,28 +292,24 @@ pub fn render(r: &FloodReport) -> String {
 mod tests {
     use super::*;
     use ordo_proto::cookie::CookieChecker;
-    use ordo_proto::PrivateKey;
 
-    fn source(key: &PublicKey) -> Source {
-        Source {
-            sock: UdpSocket::bind("127.0.0.1:0").unwrap(),
-            jar: CookieJar::new(key),
-            mac1s: vec![(u32::MAX, [0; 16]); MAC1_RING],
-            next_sender: 0,
-        }
+    fn source(kind: FloodKind, server: &PublicKey) -> Source {
+        Source::new(UdpSocket::bind("127.0.0.1:0").unwrap(), kind, server)
     }
 
     #[test]
     fn initiations_pass_mac1_and_junk_does_not() {
         let server = PrivateKey::generate(&mut ChaCha20Rng::seed_from_u64(7)).public_key();
         let checker = CookieChecker::new(&server);
-        let (mut s, mut rng, now) = (source(&server), ChaCha20Rng::seed_from_u64(1), Instant::now());
+        let (mut rng, now) = (ChaCha20Rng::seed_from_u64(1), Instant::now());
+        let mut initiations = source(FloodKind::Initiation, &server);
+        let mut junk = source(FloodKind::Junk, &server);
         let mut b = [0u8; INITIATION_LEN];
         for _ in 0..100 {
-            make(FloodKind::Initiation, &mut s, &mut rng, now, &mut b);
+            make(FloodKind::Initiation, &mut initiations, &mut rng, now, &mut b);
             assert_eq!(messages::classify(&b), Some(messages::Kind::Initiation));
             assert!(checker.mac1_valid(&b));
-            make(FloodKind::Junk, &mut s, &mut rng, now, &mut b);
+            make(FloodKind::Junk, &mut junk, &mut rng, now, &mut b);
             assert_eq!(messages::classify(&b), Some(messages::Kind::Initiation));
             assert!(!checker.mac1_valid(&b));
         }
@@ -308,7 +321,8 @@ mod tests {
     fn a_reply_to_an_earlier_initiation_opens_and_mac2_follows() {
         let server = PrivateKey::generate(&mut ChaCha20Rng::seed_from_u64(7)).public_key();
         let mut checker = CookieChecker::new(&server);
-        let (mut s, mut rng, now) = (source(&server), ChaCha20Rng::seed_from_u64(1), Instant::now());
+        let (mut rng, now) = (ChaCha20Rng::seed_from_u64(1), Instant::now());
+        let mut s = source(FloodKind::Initiation, &server);
         let src: SocketAddr = "192.0.2.1:4000".parse().unwrap();
         let mut first = [0u8; INITIATION_LEN];
         make(FloodKind::Initiation, &mut s, &mut rng, now, &mut first);
