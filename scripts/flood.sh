@@ -10,11 +10,18 @@
 #               generator's own cost, and the baseline the others are held to
 #   initiation  initiations with a valid mac1 for the server's key, at RATE
 #   cookies     the same, answering every cookie reply (mac2 proves each source's address)
+#   random      datagrams of every type and none, of every length check's lengths, some
+#               past the MTU (FLOOD_PHASES=random,replay: not in the default set)
+#   replay      copies of 256 data messages of a real session (the generator's own, as a
+#               load-generator client), which the server has seen: its peer must have
+#               received no byte more than the originals'
 # Per phase: the flow (Gbit/s, and its share of the junk phase's), the server's RSS (sampled
 # every second: first, largest, last), the new clients that came up and how long they took,
 # what the flood sent, and for Ordo the cookie replies it sent and its drops by reason.
 #
-#   scripts/flood.sh [DURATION=20] [RATE=100000] [SOURCES=32]
+#   scripts/flood.sh [DURATION=20] [RATE=100000] [SOURCES=32] [ROUNDS=1]
+# With ROUNDS > 1 the phases alternate ROUNDS times on one tunnel, and the table shows each
+# phase's medians (flow, server CPU), its worst new-client figures and its largest RSS.
 # FLOOD_IMPLS: ordo (its default model), ordo-MODEL, wireguard-go, boringtun (default: ordo);
 # FLOOD_PHASES narrows the phases.
 # FLOOD_PERF=1 records a machine-wide profile of each phase's flow into the log directory.
@@ -30,6 +37,7 @@ IF_B=wg-flood-b
 DURATION=${1:-20}
 RATE=${2:-100000}
 SOURCES=${3:-32}
+ROUNDS=${4:-1}
 # New clients need a cookie round (REKEY_TIMEOUT, 5 s) and then the handshake limit's.
 ((DURATION >= 12)) || { log "DURATION: at least 12 s, for the new clients' cookie rounds"; exit 2; }
 ((SOURCES >= 1 && SOURCES <= 200)) || { log "SOURCES: 1 to 200 (addresses 10.77.0.10 on)"; exit 2; }
@@ -53,12 +61,15 @@ setup() {
     start_impl "$impl" "$NS_B" "$IF_B"
     start_impl "$impl" "$NS_A" "$IF_A"
     SERVER_PID=$(server_pid)
-    "$GENERATOR" loadgen setup --clients "$NEW" --listen-port "$PORT_B" >"$LOGDIR/server.conf"
+    REPLAY_PUB=
+    # One client more than the new ones: the session the replay phase replays.
+    "$GENERATOR" loadgen setup --clients "$((NEW + 1))" --listen-port "$PORT_B" >"$LOGDIR/server.conf"
     local server_pub
     server_pub=$(awk '/^PrivateKey/ {print $3}' "$LOGDIR/server.conf" | "$ORDO" pubkey)
     KEY_A=$(genkey)
     PUB_A=$(pubkey "$KEY_A")
     ip netns exec "$NS_B" wg setconf "$IF_B" "$LOGDIR/server.conf"
+    REPLAY_PUB=$(awk '/^PublicKey/ {k = $3} END {print k}' "$LOGDIR/server.conf")
     ip netns exec "$NS_B" wg set "$IF_B" peer "$PUB_A" allowed-ips "$IN_A/32"
     ip -n "$NS_B" addr add "$IN_B/24" dev "$IF_B"
     ip -n "$NS_B" addr add 10.200.0.1/16 dev "$IF_B"
@@ -80,6 +91,11 @@ counters() {
         python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)[0]["counters"]))' 2>/dev/null || echo '{}'
 }
 
+# replay_rx: bytes the server accepted from the client the replay phase plays.
+replay_rx() {
+    ip netns exec "$NS_B" wg show "$IF_B" dump | awk -v k="$REPLAY_PUB" '$1 == k {print $6; f = 1} END {if (!f) print 0}'
+}
+
 # phase IMPL PHASE: one flow under one kind of flood; appends a JSON line to $RESULTS.
 phase() {
     local impl=$1 phase=$2 flood_pid="" rss_pid flood_args=()
@@ -88,9 +104,13 @@ phase() {
         junk) flood_args=(--kind junk) ;;
         initiation) flood_args=(--kind initiation) ;;
         cookies) flood_args=(--kind initiation --answer-cookies) ;;
+        random) flood_args=(--kind random) ;;
+        replay) flood_args=(--kind replay --as-client "$NEW") ;;
     esac
-    local before after bind cpu0 cpu1
+    local before after bind cpu0 cpu1 replay_rx0 replay_rx
     before=$(counters)
+    # The replayed client's peer on the server: bytes it accepted from it (wg show dump).
+    replay_rx0=$(replay_rx)
     cpu0=$(awk '{print $14 + $15}' "/proc/$SERVER_PID/stat")
     local t0
     t0=$(date +%s%N)
@@ -125,8 +145,9 @@ phase() {
     kill "$rss_pid" 2>/dev/null || true
     wait "$rss_pid" 2>/dev/null || true
     after=$(counters)
+    replay_rx=$(replay_rx)
     cpu1=$(awk '{print $14 + $15}' "/proc/$SERVER_PID/stat")
-    python3 - "$impl" "$phase" "$LOGDIR" "$before" "$after" "$((cpu1 - cpu0))" "$(($(date +%s%N) - t0))" >>"$RESULTS" <<'EOF'
+    python3 - "$impl" "$phase" "$LOGDIR" "$before" "$after" "$((cpu1 - cpu0))" "$(($(date +%s%N) - t0))" "$((replay_rx - replay_rx0))" >>"$RESULTS" <<'EOF'
 import json, os, sys
 impl, phase, d, before, after = sys.argv[1:6]
 server_cores = int(sys.argv[6]) / os.sysconf("SC_CLK_TCK") / (int(sys.argv[7]) / 1e9)
@@ -154,6 +175,9 @@ print(json.dumps({
     "cookie_replies_received": flood.get("cookie_replies", 0),
     "cookies_opened": flood.get("cookies_opened", 0),
     "counters": delta,
+    # Bytes the server accepted from the replayed client beyond its initiation (148) and the
+    # captured messages sent once: replays that got through (0 unless a replay phase).
+    "replayed_accepted_bytes": int(sys.argv[8]) - 148 - flood["captured_bytes"] if flood.get("captured") else 0,
 }))
 EOF
 }
@@ -161,27 +185,41 @@ EOF
 for impl in "${IMPLS[@]}"; do
     log "== $impl"
     setup "$impl"
-    for p in "${PHASES[@]}"; do
-        log "   $p"
-        phase "$impl" "$p"
+    for round in $(seq "$ROUNDS"); do
+        for p in "${PHASES[@]}"; do
+            log "   $p ($round/$ROUNDS)"
+            phase "$impl" "$p"
+        done
     done
     teardown
 done
 
-python3 - "$RESULTS" "$DURATION" "$RATE" "$SOURCES" <<'EOF'
-import json, sys
+python3 - "$RESULTS" "$DURATION" "$RATE" "$SOURCES" "$ROUNDS" <<'EOF'
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"flood: {sys.argv[3]} datagrams/s from {sys.argv[4]} sources, {sys.argv[2]} s flows")
-print(f"{'impl':14} {'phase':11} {'Gbit/s':>7} {'/junk':>6} {'server cores':>12} {'RSS MB first/max/last':>22} {'new up':>7} {'hs s':>5} {'flood/s':>8} {'cookies/s':>9}  drops")
+duration, rate, sources, rounds = sys.argv[2:6]
+print(f"flood: {rate} datagrams/s from {sources} sources, {duration} s flows, {rounds} round(s); medians")
+print(f"{'impl':14} {'phase':11} {'Gbit/s':>7} {'/junk':>6} {'server cores':>12} {'RSS MB max':>10} {'new up':>7} {'hs s':>5} {'flood/s':>8} {'cookies/s':>9}  drops (last round)")
+def med(xs):
+    return statistics.median(xs)
+groups = {}
 for r in rows:
-    junk = next((x["gbit"] for x in rows if x["impl"] == r["impl"] and x["phase"] == "junk"), None)
-    share = f"{r['gbit'] / junk:.2f}" if junk else "-"
-    rss = "/".join(str(x) for x in r["rss_mb"]) if r["rss_mb"] else "-"
-    c = r["counters"]
-    secs = float(sys.argv[2]) + 3
-    cookies = f"{c.get('cookie_replies_sent', 0) / secs:.0f}" if c else "-"
+    groups.setdefault((r["impl"], r["phase"]), []).append(r)
+for (impl, phase), rs in groups.items():
+    junk = groups.get((impl, "junk"))
+    gbit = med([r["gbit"] for r in rs])
+    share = f"{gbit / med([r['gbit'] for r in junk]):.2f}" if junk else "-"
+    rss = max((r["rss_mb"][1] for r in rs if r["rss_mb"]), default=0)
+    up = min(r["new"]["up"] for r in rs)
+    hs = max((r["new"]["seconds"] or 0) for r in rs)
+    c = rs[-1]["counters"]
+    cookies = f"{med([r['counters'].get('cookie_replies_sent', 0) for r in rs]) / (float(duration) + 3):.0f}" if c else "-"
     drops = ", ".join(f"{k[len('drop_'):] if k.startswith('drop_') else k}={v}" for k, v in sorted(c.items()) if 'drop' in k)
-    new = f"{r['new']['up']}/{r['new']['of']}"
-    print(f"{r['impl']:14} {r['phase']:11} {r['gbit']:7.2f} {share:>6} {r['server_cores']:>12} {rss:>22} {new:>7} {str(r['new']['seconds']):>5} {r['flood_per_second']:>8} {cookies:>9}  {drops}")
+    if phase == "replay":
+        drops += f"; replayed bytes accepted: {max(r['replayed_accepted_bytes'] for r in rs)}"
+    print(f"{impl:14} {phase:11} {gbit:7.2f} {share:>6} {med([r['server_cores'] for r in rs]):>12.2f} {rss:>10} {up:>4}/{rs[0]['new']['of']:<2} {hs:>5} {med([r['flood_per_second'] for r in rs]):>8.0f} {cookies:>9}  {drops}")
+for impl in dict.fromkeys(r["impl"] for r in rows):
+    rss = [r["rss_mb"] for r in rows if r["impl"] == impl and r["rss_mb"]]
+    print(f"{impl}: server RSS over the run: first {rss[0][0]} MB, largest {max(x[1] for x in rss)} MB, last {rss[-1][2]} MB")
 EOF
 echo "details: $RESULTS"

@@ -744,6 +744,53 @@ fn mac2_floods_stop_at_the_handshake_rate_and_forgers_spend_none_of_it() {
     assert_eq!(o.get("Dropped(RateLimited)"), Some(&81), "{o:?}");
 }
 
+/// An initiation in steps (as the data plane handles it, the Diffie-Hellman without the
+/// interface) completes the handshake as `receive` does; if the peer goes, or our key
+/// changes, while it is opened, it is dropped and counted for that reason.
+#[test]
+fn an_initiation_in_steps_completes_or_is_dropped_for_what_changed_meanwhile() {
+    use ordo_proto::interface::HandshakeStep;
+    let initiation = |n: &mut Net| {
+        n.b_reachable = false;
+        n.send(true, b"x");
+        n.b_reachable = true;
+        n.wire_from_a.last().unwrap().clone()
+    };
+    let begin = |n: &mut Net, mut msg: Vec<u8>| match n.b.begin_handshake(n.now, n.wall(), n.addr_a, &mut msg) {
+        HandshakeStep::Initiation(p) => p,
+        HandshakeStep::Done(r) => panic!("not pending: {r:?}"),
+    };
+
+    let mut n = Net::new(None);
+    let msg = initiation(&mut n);
+    let p = begin(&mut n, msg);
+    let opened = p.open(|k| n.b.static_static_of(k));
+    assert_eq!(
+        n.b.complete_initiation(n.now, n.wall(), p, opened),
+        Received::Handshake(n.pb)
+    );
+    n.pump();
+    assert!(n.a.peer(n.pa).unwrap().has_session(n.now), "A got the response");
+
+    let mut n = Net::new(None);
+    let msg = initiation(&mut n);
+    let p = begin(&mut n, msg);
+    let opened = p.open(|k| n.b.static_static_of(k));
+    n.b.remove_peer(n.pb);
+    let r = n.b.complete_initiation(n.now, n.wall(), p, opened);
+    assert_eq!(r, Received::Dropped(DropReason::UnknownPeer));
+    assert_eq!(n.b.stats.drops[&DropReason::UnknownPeer], 1);
+
+    let mut n = Net::new(None);
+    let msg = initiation(&mut n);
+    let p = begin(&mut n, msg);
+    let opened = p.open(|k| n.b.static_static_of(k));
+    n.b.set_private_key(Some(PrivateKey::from_bytes([0x44; 32])));
+    let r = n.b.complete_initiation(n.now, n.wall(), p, opened);
+    assert_eq!(r, Received::Dropped(DropReason::BadMac1), "made for the key we had");
+    assert!(n.b.poll_transmit().is_none(), "no response");
+}
+
 #[test]
 fn roaming_follows_the_latest_authentic_source() {
     let mut n = established();

@@ -18,7 +18,7 @@ impl Interface {
         let r = match messages::classify(buf) {
             None => Err(DropReason::Malformed),
             Some(Kind::Data) => self.receive_data(now, wall, src, buf),
-            Some(Kind::Initiation) => self.receive_initiation(now, src, buf),
+            Some(Kind::Initiation) => self.receive_initiation(now, wall, src, buf),
             Some(Kind::Response) => self.receive_response(now, wall, src, buf),
             Some(Kind::CookieReply) => self.receive_cookie_reply(now, buf),
         };

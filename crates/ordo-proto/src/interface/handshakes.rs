@@ -3,8 +3,9 @@
 
 use super::{DropReason, Interface, Received, UNDER_LOAD_HANDSHAKES_PER_SECOND, UNDER_LOAD_HOLD};
 use crate::cookie;
-use crate::handshake::{self, HandshakeError};
-use crate::messages::{CookieReply, Initiation, Response};
+use crate::handshake::{self, ConsumedInitiation, HandshakeError, Identity};
+use crate::keys::PublicKey;
+use crate::messages::{self, CookieReply, Initiation, Kind, Response};
 use crate::peer::PeerId;
 use crate::session::Session;
 use crate::steering;
@@ -13,6 +14,36 @@ use rand_core::RngCore;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use zeroize::Zeroizing;
+
+/// What [`Interface::begin_handshake`] left to do.
+pub enum HandshakeStep {
+    /// Handled: answered, dropped (and counted), or consumed.
+    Done(Received),
+    /// An initiation that passed every check: open it without the interface, then
+    /// [`Interface::complete_initiation`].
+    Initiation(PendingInitiation),
+}
+
+/// An initiation that passed the checks: what opening it needs, none of it the interface.
+pub struct PendingInitiation {
+    identity: Arc<Identity>,
+    msg: Initiation,
+    src: SocketAddr,
+    len: usize,
+}
+
+impl PendingInitiation {
+    /// The expensive part (a Diffie-Hellman and two AEAD opens), without the interface:
+    /// `static_static_of` looks the initiator's key up ([`Interface::static_static_of`]),
+    /// the only moment the caller needs the interface again.
+    pub fn open(
+        &self,
+        static_static_of: impl FnOnce(&PublicKey) -> Option<Zeroizing<[u8; 32]>>,
+    ) -> Result<ConsumedInitiation, HandshakeError> {
+        handshake::consume_initiation(&self.identity, &self.msg, static_static_of)
+    }
+}
 
 impl Interface {
     pub(super) fn jitter(&mut self) -> Duration {
@@ -133,23 +164,109 @@ impl Interface {
         Ok(None)
     }
 
+    /// An initiation, whole: the checks, the Diffie-Hellman, the answer (see
+    /// [`Interface::begin_handshake`] for the same in steps).
     pub(super) fn receive_initiation(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        src: SocketAddr,
+        buf: &[u8],
+    ) -> Result<Received, DropReason> {
+        let pending = match self.check_initiation(now, src, buf)? {
+            Ok(pending) => pending,
+            Err(done) => return Ok(done),
+        };
+        let opened = pending.open(|k| self.static_static_of(k));
+        self.complete_initiation_uncounted(now, wall, pending, opened)
+    }
+
+    /// The cheap checks of an initiation (the MACs, the load, the rate limits): Ok(Err(r))
+    /// if it was answered with a cookie, Ok(Ok(pending)) if its Diffie-Hellman is next.
+    fn check_initiation(
         &mut self,
         now: Instant,
         src: SocketAddr,
         buf: &[u8],
-    ) -> Result<Received, DropReason> {
+    ) -> Result<Result<PendingInitiation, Received>, DropReason> {
         if let Some(r) = self.check_handshake_macs(now, src, buf)? {
-            return Ok(r);
+            return Ok(Err(r));
         }
-        let me = self.identity.as_ref().ok_or(DropReason::NoPrivateKey)?;
-        let msg = Initiation::parse(buf.try_into().expect("classified by length"));
-        let (peers, by_key) = (&self.peers, &self.by_key);
-        let consumed = handshake::consume_initiation(me, &msg, |k| {
-            by_key.get(k).and_then(|id| peers[id].static_static.clone())
-        })
-        .map_err(handshake_drop)?;
-        let id = self.by_key[&consumed.initiator];
+        let identity = self.identity.clone().ok_or(DropReason::NoPrivateKey)?;
+        Ok(Ok(PendingInitiation {
+            identity,
+            msg: Initiation::parse(buf.try_into().expect("classified by length")),
+            src,
+            len: buf.len(),
+        }))
+    }
+
+    /// A handshake message (not a data message) in steps, for a caller that must not hold
+    /// the interface while an initiation's Diffie-Hellman runs: everything is done here
+    /// ([`HandshakeStep::Done`], drops counted) except for an initiation that passed every
+    /// check, whose [`PendingInitiation::open`] the caller runs without the interface, then
+    /// hands to [`Interface::complete_initiation`].
+    pub fn begin_handshake(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        src: SocketAddr,
+        buf: &mut [u8],
+    ) -> HandshakeStep {
+        if messages::classify(buf) != Some(Kind::Initiation) {
+            return HandshakeStep::Done(self.receive(now, wall, src, buf));
+        }
+        match self.check_initiation(now, src, buf) {
+            Ok(Ok(pending)) => HandshakeStep::Initiation(pending),
+            Ok(Err(done)) => HandshakeStep::Done(done),
+            Err(reason) => {
+                self.stats.drop(reason);
+                HandshakeStep::Done(Received::Dropped(reason))
+            }
+        }
+    }
+
+    /// DH(our static, the peer's static) for a peer's key, precomputed when it was added:
+    /// what [`PendingInitiation::open`] looks up.
+    pub fn static_static_of(&self, key: &PublicKey) -> Option<Zeroizing<[u8; 32]>> {
+        self.by_key.get(key).and_then(|id| self.peers[id].static_static.clone())
+    }
+
+    /// The rest of an initiation once opened: the peer's replay and flood checks, the
+    /// response and the new session. Drops are counted.
+    pub fn complete_initiation(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        pending: PendingInitiation,
+        opened: Result<ConsumedInitiation, HandshakeError>,
+    ) -> Received {
+        self.complete_initiation_uncounted(now, wall, pending, opened)
+            .unwrap_or_else(|reason| {
+                self.stats.drop(reason);
+                Received::Dropped(reason)
+            })
+    }
+
+    fn complete_initiation_uncounted(
+        &mut self,
+        now: Instant,
+        _wall: SystemTime,
+        pending: PendingInitiation,
+        opened: Result<ConsumedInitiation, HandshakeError>,
+    ) -> Result<Received, DropReason> {
+        // Opened with a key we no longer have: its mac1 was for that key too.
+        if !self
+            .identity
+            .as_ref()
+            .is_some_and(|me| Arc::ptr_eq(me, &pending.identity))
+        {
+            return Err(DropReason::BadMac1);
+        }
+        let consumed = opened.map_err(handshake_drop)?;
+        // The peer may have gone while the initiation was opened.
+        let id = *self.by_key.get(&consumed.initiator).ok_or(DropReason::UnknownPeer)?;
+        let src = pending.src;
         let peer = self.peers.get_mut(&id).expect("peer exists");
         if peer.latest_timestamp.is_some_and(|t| consumed.timestamp <= t) {
             return Err(DropReason::HandshakeReplay);
@@ -163,7 +280,7 @@ impl Interface {
         peer.latest_timestamp = Some(consumed.timestamp);
         peer.last_initiation_consumed = Some(now);
         peer.endpoint = Some(src);
-        peer.rx_bytes += buf.len() as u64;
+        peer.rx_bytes += pending.len as u64;
         peer.timers.any_authenticated_packet_received();
         peer.timers.any_authenticated_packet_traversal(now);
         let psk = peer.preshared_key.clone();

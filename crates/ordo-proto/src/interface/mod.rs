@@ -23,6 +23,7 @@ use rand_core::{RngCore, SeedableRng};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 mod data;
@@ -30,6 +31,7 @@ mod handshakes;
 mod timers;
 
 pub use data::{padded_len, seal_packet};
+pub use handshakes::{HandshakeStep, PendingInitiation};
 
 /// Control messages waiting to be sent, at most this many; more are dropped and counted.
 const MAX_TRANSMITS: usize = 4096;
@@ -240,7 +242,8 @@ fn first_queue(me: &PublicKey, peer: &PublicKey) -> u32 {
 }
 
 pub struct Interface {
-    identity: Option<Identity>,
+    /// Shared with initiations being opened outside the interface ([`PendingInitiation`]).
+    identity: Option<Arc<Identity>>,
     checker: Option<CookieChecker>,
     peers: BTreeMap<PeerId, Peer>,
     by_key: HashMap<PublicKey, PeerId>,
@@ -320,7 +323,7 @@ impl Interface {
         if key.as_ref().map(|k| k.public_key()) == self.public_key() {
             return;
         }
-        self.identity = key.map(Identity::new);
+        self.identity = key.map(|k| Arc::new(Identity::new(k)));
         self.checker = self.identity.as_ref().map(|i| CookieChecker::new(&i.public));
         if let Some(me) = self.public_key() {
             if let Some(id) = self.by_key.get(&me).copied() {

@@ -9,6 +9,14 @@
 //!   the key can make them) and random contents: without the cookie mechanism each would
 //!   cost the server a Diffie-Hellman before it fails to decrypt.
 //!
+//! - `random`: datagrams of every message type and of none, of random lengths: each type's
+//!   length, one byte short or over, empty, up to an MTU and past it (the kernel fragments
+//!   and reassembles those, up to 9,000 bytes), reserved bytes set at times.
+//! - `replay`: data messages of a real session, replayed: the generator first completes a
+//!   handshake as a load-generator client (`--as-client I` of `ordo loadgen setup`'s keys),
+//!   sends a few hundred data messages once, then floods with copies of them. Each carries a
+//!   valid receiver index and tag and a counter the server has seen.
+//!
 //! With `--answer-cookies` the generator opens the cookie replies it gets (as a real client
 //! does) and stamps every later initiation from that socket with mac2, proving a round trip
 //! from its address: what is left is the server's per-source rate limit.
@@ -23,19 +31,22 @@ use crate::outer::udp::batch::{send_batch, Receiver};
 use anyhow::{bail, Context, Result};
 use ordo_proto::cookie::CookieJar;
 use ordo_proto::messages::{self, CookieReply, COOKIE_REPLY_LEN, INITIATION_LEN, TYPE_INITIATION};
+use ordo_proto::{Interface, Sent};
 use ordo_proto::{PrivateKey, PublicKey};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FloodKind {
     Junk,
     Initiation,
+    Random,
+    Replay,
 }
 
 #[derive(clap::Args, Debug)]
@@ -63,6 +74,10 @@ pub struct FloodArgs {
     /// Open cookie replies and stamp later initiations with mac2 (with `--kind initiation`).
     #[arg(long)]
     pub answer_cookies: bool,
+    /// With `--kind replay`: whose session to replay (a client of `ordo loadgen setup
+    /// --seed S`, which the server must have).
+    #[arg(long, default_value_t = 0)]
+    pub as_client: u32,
     #[arg(long)]
     pub json: bool,
 }
@@ -83,6 +98,10 @@ pub struct FloodReport {
     pub cookies_opened: u64,
     /// Initiations sent with a mac2.
     pub sent_with_mac2: u64,
+    /// With `--kind replay`: the data messages captured (each sent once before the flood)
+    /// and their bytes, which with the initiation's are all the server should accept.
+    pub captured: usize,
+    pub captured_bytes: usize,
     /// The generator's CPU time over the flood, in cores.
     pub cores: f64,
 }
@@ -94,6 +113,10 @@ const MAC1_RING: usize = 4096;
 const BATCH: usize = 64;
 /// A flood that falls behind does not catch up with more than this much at once.
 const MAX_BEHIND: Duration = Duration::from_millis(20);
+/// Data messages captured for `--kind replay`.
+const CAPTURED: usize = 256;
+/// How long the replay flood's handshake may take.
+const CAPTURE_HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// How often the sockets are read for cookie replies.
 const REPLIES_EVERY: Duration = Duration::from_millis(10);
@@ -105,7 +128,10 @@ struct Source {
     jar: CookieJar,
     /// (sender index, mac1) of recent initiations, at sender % MAC1_RING.
     mac1s: Vec<(u32, [u8; 16])>,
+    /// The next sender index (initiations) or replay (replays).
     next_sender: u32,
+    /// With `--kind replay`: the captured data messages.
+    replays: std::sync::Arc<Vec<Vec<u8>>>,
 }
 
 fn check(a: &FloodArgs) -> Result<()> {
@@ -135,7 +161,7 @@ fn server_key(a: &FloodArgs) -> Result<PublicKey> {
 impl Source {
     fn new(sock: UdpSocket, kind: FloodKind, server: &PublicKey) -> Source {
         let key = match kind {
-            FloodKind::Initiation => *server,
+            FloodKind::Initiation | FloodKind::Random | FloodKind::Replay => *server,
             // Any other key: a mac1 as costly to make, and wrong.
             FloodKind::Junk => PrivateKey::from_bytes([0x5a; 32]).public_key(),
         };
@@ -144,6 +170,7 @@ impl Source {
             jar: CookieJar::new(&key),
             mac1s: vec![(u32::MAX, [0; 16]); MAC1_RING],
             next_sender: 0,
+            replays: Default::default(),
         }
     }
 }
@@ -164,16 +191,141 @@ fn open_sources(a: &FloodArgs, server: &PublicKey) -> Result<Vec<Source>> {
         .collect()
 }
 
-/// Writes one datagram of the flood into `out` (INITIATION_LEN bytes).
-fn make(kind: FloodKind, s: &mut Source, rng: &mut ChaCha20Rng, now: Instant, out: &mut [u8]) -> bool {
+/// Writes one datagram of the flood into `out` (resized to its length); true if it is an
+/// initiation that carries a mac2.
+fn make(kind: FloodKind, s: &mut Source, rng: &mut ChaCha20Rng, now: Instant, out: &mut Vec<u8>) -> bool {
+    match kind {
+        FloodKind::Junk | FloodKind::Initiation => {
+            out.resize(INITIATION_LEN, 0);
+            rng.fill_bytes(out);
+            out[..4].copy_from_slice(&[TYPE_INITIATION, 0, 0, 0]);
+            let sender = s.next_sender;
+            s.next_sender = s.next_sender.wrapping_add(1);
+            out[4..8].copy_from_slice(&sender.to_le_bytes());
+            let mac1 = s.jar.stamp(out, now);
+            s.mac1s[sender as usize % MAC1_RING] = (sender, mac1);
+            kind == FloodKind::Initiation && ordo_proto::cookie::carries_mac2(out)
+        }
+        FloodKind::Random => {
+            random_datagram(rng, out);
+            false
+        }
+        FloodKind::Replay => {
+            let i = s.next_sender as usize;
+            s.next_sender = s.next_sender.wrapping_add(1);
+            out.clear();
+            out.extend_from_slice(&s.replays[i % s.replays.len().max(1)]);
+            false
+        }
+    }
+}
+
+/// A datagram of a random type (one of the four, or none) and a random length chosen to
+/// reach every length check: the type's own, one short, one over, empty, small, up to an
+/// MTU, past it.
+fn random_datagram(rng: &mut ChaCha20Rng, out: &mut Vec<u8>) {
+    use ordo_proto::messages::{DATA_MIN_LEN, RESPONSE_LEN};
+    let r = rng.next_u32();
+    let kind = (r % 6) as u8; // 0 and 5: no type of ours
+    let exact = match kind {
+        1 => INITIATION_LEN,
+        2 => RESPONSE_LEN,
+        3 => COOKIE_REPLY_LEN,
+        _ => DATA_MIN_LEN + 16 * ((r >> 8) as usize % 90),
+    };
+    let len = match (r >> 16) % 8 {
+        0..=2 => exact,
+        3 => exact - 1,
+        4 => exact + 1,
+        5 => (r >> 20) as usize % 8,
+        6 => (r >> 19) as usize % 1500,
+        _ => 1500 + (r >> 19) as usize % 7500,
+    };
+    out.resize(len, 0);
     rng.fill_bytes(out);
-    out[..4].copy_from_slice(&[TYPE_INITIATION, 0, 0, 0]);
-    let sender = s.next_sender;
-    s.next_sender = s.next_sender.wrapping_add(1);
-    out[4..8].copy_from_slice(&sender.to_le_bytes());
-    let mac1 = s.jar.stamp(out, now);
-    s.mac1s[sender as usize % MAC1_RING] = (sender, mac1);
-    kind == FloodKind::Initiation && out[messages::mac2_offset(INITIATION_LEN)..] != [0; 16]
+    if let Some(b) = out.first_mut() {
+        *b = kind;
+    }
+    // Mostly zero reserved bytes, as a real message's; at times not.
+    if out.len() >= 4 && (r >> 28) != 0 {
+        out[1..4].fill(0);
+    }
+}
+
+/// Completes a handshake as load-generator client `--as-client` over `sock`, seals
+/// [`CAPTURED`] data messages and sends each once, so that the server has seen their
+/// counters, and returns them: what an eavesdropper on the path would have captured.
+fn capture(a: &FloodArgs, server: &PublicKey, sock: &UdpSocket) -> Result<Vec<Vec<u8>>> {
+    let client = a.as_client as usize;
+    let (_, keys) = super::keys(a.seed, client + 1);
+    let key = keys.into_iter().next_back().expect("client + 1 keys");
+    let mut core = Interface::with_rng(Instant::now(), ChaCha20Rng::from_entropy());
+    core.set_private_key(Some(key));
+    let peer = core
+        .add_peer(*server)
+        .context("--as-client: that client's key is the server's")?;
+    core.set_endpoint(peer, a.server);
+    let target = *super::TARGET.ip();
+    core.add_allowed_ip(peer, ipnet::IpNet::from(IpAddr::from(target)));
+    // To the discard port: the server delivers each once, and nothing answers.
+    let flow = super::wire::Flow {
+        src: super::client_ip(client),
+        sport: super::CLIENT_PORT,
+        dst: target,
+        dport: 9,
+    };
+    let mut header = super::wire::Header {
+        kind: super::wire::Kind::Data,
+        client: a.as_client,
+        seq: 0,
+        sent_ns: 0,
+        rate: 0,
+        size: 0,
+    };
+    let len = super::wire::MIN_PACKET;
+    let mut packet = vec![0u8; len];
+    let mut out = vec![0u8; len + 64];
+    let mut buf = vec![0u8; 2048];
+    let deadline = Instant::now() + CAPTURE_HANDSHAKE;
+    super::wire::build(&mut packet, len, flow, &header);
+    core.send(Instant::now(), SystemTime::now(), &packet, &mut out);
+    loop {
+        while let Some(t) = core.poll_transmit() {
+            let _ = sock.send_to(&t.payload, t.to);
+        }
+        if core.peer(peer).is_some_and(|p| p.has_session(Instant::now())) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "--kind replay: no handshake with {} as client {client} within {:?} (is the server \
+                 configured from `ordo loadgen setup --seed {}` with more than {client} clients?)",
+                a.server,
+                CAPTURE_HANDSHAKE,
+                a.seed
+            );
+        }
+        match sock.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                core.receive(Instant::now(), SystemTime::now(), from, &mut buf[..n]);
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+        core.tick(Instant::now(), SystemTime::now());
+    }
+    let mut captured = Vec::with_capacity(CAPTURED);
+    for seq in 1..=CAPTURED as u64 {
+        header.seq = seq;
+        super::wire::build(&mut packet, len, flow, &header);
+        if let Sent::Data { len, to, .. } = core.send(Instant::now(), SystemTime::now(), &packet, &mut out) {
+            let _ = sock.send_to(&out[..len], to);
+            captured.push(out[..len].to_vec());
+        }
+    }
+    if captured.is_empty() {
+        bail!("--kind replay: the session sealed no data message");
+    }
+    Ok(captured)
 }
 
 /// Reads what came back to a source; opens cookie replies when `answer`.
@@ -213,7 +365,15 @@ pub fn run(a: &FloodArgs) -> Result<FloodReport> {
         rate: a.rate,
         ..Default::default()
     };
-    let mut bufs = vec![[0u8; INITIATION_LEN]; BATCH];
+    if a.kind == FloodKind::Replay {
+        let replays = std::sync::Arc::new(capture(a, &key, &sources[0].sock)?);
+        report.captured = replays.len();
+        report.captured_bytes = replays.iter().map(Vec::len).sum();
+        for s in &mut sources {
+            s.replays = replays.clone();
+        }
+    }
+    let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| Vec::with_capacity(INITIATION_LEN)).collect();
     let (start, cpu0) = (Instant::now(), cpu_seconds());
     let end = start + Duration::from_secs_f64(a.duration);
     let mut turn = 0usize;
@@ -304,7 +464,7 @@ mod tests {
         let (mut rng, now) = (ChaCha20Rng::seed_from_u64(1), Instant::now());
         let mut initiations = source(FloodKind::Initiation, &server);
         let mut junk = source(FloodKind::Junk, &server);
-        let mut b = [0u8; INITIATION_LEN];
+        let mut b = Vec::new();
         for _ in 0..100 {
             make(FloodKind::Initiation, &mut initiations, &mut rng, now, &mut b);
             assert_eq!(messages::classify(&b), Some(messages::Kind::Initiation));
@@ -313,6 +473,28 @@ mod tests {
             assert_eq!(messages::classify(&b), Some(messages::Kind::Initiation));
             assert!(!checker.mac1_valid(&b));
         }
+    }
+
+    /// Random datagrams reach every classification: each message type at its length, one
+    /// short and one over (malformed), empty, small, and past an MTU.
+    #[test]
+    fn random_datagrams_reach_every_length_check() {
+        let mut rng = ChaCha20Rng::seed_from_u64(3);
+        let mut b = Vec::new();
+        let (mut kinds, mut malformed, mut lens) = (std::collections::BTreeSet::new(), 0, Vec::new());
+        for _ in 0..10_000 {
+            random_datagram(&mut rng, &mut b);
+            match messages::classify(&b) {
+                Some(k) => {
+                    kinds.insert(format!("{k:?}"));
+                }
+                None => malformed += 1,
+            }
+            lens.push(b.len());
+        }
+        assert_eq!(kinds.len(), 4, "{kinds:?}");
+        assert!(malformed > 3000, "{malformed}");
+        assert!(lens.contains(&0) && lens.iter().any(|&l| l > 1500) && lens.iter().all(|&l| l <= 9000));
     }
 
     /// A cookie reply to an initiation sent a thousand messages earlier still opens, and
@@ -324,9 +506,9 @@ mod tests {
         let (mut rng, now) = (ChaCha20Rng::seed_from_u64(1), Instant::now());
         let mut s = source(FloodKind::Initiation, &server);
         let src: SocketAddr = "192.0.2.1:4000".parse().unwrap();
-        let mut first = [0u8; INITIATION_LEN];
+        let mut first = Vec::new();
         make(FloodKind::Initiation, &mut s, &mut rng, now, &mut first);
-        let mut b = [0u8; INITIATION_LEN];
+        let mut b = Vec::new();
         for _ in 0..1000 {
             assert!(
                 !make(FloodKind::Initiation, &mut s, &mut rng, now, &mut b),

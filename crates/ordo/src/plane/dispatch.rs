@@ -8,6 +8,7 @@ use super::peer::{InboundBatch, InboundPacket, OutboundBatch, PeerPlane};
 use super::stats::Stage;
 use super::{drain, Ctx, DataPlane};
 use crate::port::{Datagram, InnerPort, OuterPort, HEADROOM};
+use ordo_proto::interface::{HandshakeStep, PendingInitiation};
 use ordo_proto::messages::{self, Kind};
 use ordo_proto::session::Session;
 use ordo_proto::{DropReason, PeerId};
@@ -37,6 +38,7 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
         let start = Instant::now();
         let count = datagrams.len();
         let mut groups: Vec<Group<InboundPacket>> = Vec::new();
+        let mut initiations = Vec::new();
         let transmits = {
             let (now, wall) = (Instant::now(), SystemTime::now());
             let mut core = self.core();
@@ -45,8 +47,11 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
             }
             for mut d in datagrams.drain(..) {
                 if messages::classify(&d.data) != Some(Kind::Data) {
-                    // Handshake messages and anything malformed: the core handles and counts them.
-                    core.receive(now, wall, d.src, &mut d.data);
+                    // Handshake messages and anything malformed: the core handles and counts
+                    // them, but for an initiation's Diffie-Hellman (see below).
+                    if let HandshakeStep::Initiation(p) = core.begin_handshake(now, wall, d.src, &mut d.data) {
+                        initiations.push(p);
+                    }
                     continue;
                 }
                 let receiver = messages::DataHeader::parse(&d.data).receiver;
@@ -92,13 +97,31 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
             });
         }
         self.stats.record(Stage::Receive, &ctx.stats, count, start);
-        self.execute(
+        let running = self.execute(
             batches,
             ctx,
             |b| &b.peer,
             Job::Inbound,
             |plane, batches, ctx| plane.open(batches, ctx),
-        )
+        );
+        self.open_initiations(initiations, ctx);
+        running
+    }
+
+    /// Initiations that passed the core's checks, opened after the batch's data went on and
+    /// without the core's lock, which every data packet takes: a Diffie-Hellman under it would
+    /// stall every queue for its duration, and a flood from sources that answer cookies
+    /// brings one per source up to its handshake rate.
+    fn open_initiations(&self, initiations: Vec<PendingInitiation>, ctx: &Ctx) {
+        for p in initiations {
+            let opened = p.open(|key| self.core().static_static_of(key));
+            let transmits = {
+                let mut core = self.core();
+                core.complete_initiation(Instant::now(), SystemTime::now(), p, opened);
+                drain(&mut core)
+            };
+            self.send_transmits(ctx.queue, transmits);
+        }
     }
 
     /// The read stage's work for one batch of inner packets (each at [`HEADROOM`]`..` of its
