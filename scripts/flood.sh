@@ -50,7 +50,7 @@ trap teardown EXIT
 : >"$RESULTS"
 
 # server_pid: the daemon serving B (the only process in B before a phase starts).
-server_pid() { ip netns pids "$NS_B" | head -1; }
+server_pid() { ip netns pids "$NS_B" | sed -n 1p; }
 
 # setup IMPL: the server in B for A and NEW clients; A's tunnel end; flood sources on A.
 setup() {

@@ -4,7 +4,7 @@
 //! - `junk`: datagrams of an initiation's length and type with random contents and a mac1
 //!   made for another key: the least a server can spend on a datagram it reads. Its rate is
 //!   the baseline the other kinds are measured against: the packets and the generator's own
-//!   work per packet are the same, only the key differs.
+//!   work per packet (a mac1 and a mac2, made or not sent) are the same, only the key differs.
 //! - `initiation`: initiations with a valid mac1 for the server's public key (anyone who knows
 //!   the key can make them) and random contents: without the cookie mechanism each would
 //!   cost the server a Diffie-Hellman before it fails to decrypt.
@@ -204,7 +204,14 @@ fn make(kind: FloodKind, s: &mut Source, rng: &mut ChaCha20Rng, now: Instant, ou
             out[4..8].copy_from_slice(&sender.to_le_bytes());
             let mac1 = s.jar.stamp(out, now);
             s.mac1s[sender as usize % MAC1_RING] = (sender, mac1);
-            kind == FloodKind::Initiation && ordo_proto::cookie::carries_mac2(out)
+            let with_mac2 = kind == FloodKind::Initiation && ordo_proto::cookie::carries_mac2(out);
+            if !with_mac2 {
+                // The MAC a mac2 would have cost, thrown away: every kind costs the generator
+                // a mac1 and a mac2, so the junk baseline carries its whole cost.
+                let at = messages::mac2_offset(INITIATION_LEN);
+                std::hint::black_box(ordo_proto::crypto::mac(&mac1, &[&out[..at]]));
+            }
+            with_mac2
         }
         FloodKind::Random => {
             random_datagram(rng, out);
@@ -289,9 +296,14 @@ fn capture(a: &FloodArgs, server: &PublicKey, sock: &UdpSocket) -> Result<Vec<Ve
     let deadline = Instant::now() + CAPTURE_HANDSHAKE;
     super::wire::build(&mut packet, len, flow, &header);
     core.send(Instant::now(), SystemTime::now(), &packet, &mut out);
+    let mut captured = Vec::with_capacity(CAPTURED + 1);
     loop {
         while let Some(t) = core.poll_transmit() {
             let _ = sock.send_to(&t.payload, t.to);
+            // The packet that waited for the handshake goes out here: captured too.
+            if messages::classify(&t.payload) == Some(messages::Kind::Data) {
+                captured.push(t.payload);
+            }
         }
         if core.peer(peer).is_some_and(|p| p.has_session(Instant::now())) {
             break;
@@ -313,7 +325,6 @@ fn capture(a: &FloodArgs, server: &PublicKey, sock: &UdpSocket) -> Result<Vec<Ve
         }
         core.tick(Instant::now(), SystemTime::now());
     }
-    let mut captured = Vec::with_capacity(CAPTURED);
     for seq in 1..=CAPTURED as u64 {
         header.seq = seq;
         super::wire::build(&mut packet, len, flow, &header);

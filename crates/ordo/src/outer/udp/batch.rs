@@ -188,6 +188,14 @@ impl Receiver {
             let ss = unsafe { addrs[i].assume_init_ref() };
             let Some(src) = to_socket_addr(ss) else { continue };
             let len = msgs[i].msg_len as usize;
+            if len == 0 {
+                // An empty datagram is one too: the core drops and counts it as malformed.
+                out.push(Datagram {
+                    data: BytesMut::new(),
+                    src,
+                });
+                continue;
+            }
             // With GRO one buffer may hold several datagrams of `segment` bytes, the last
             // possibly shorter.
             let segment = gro_segment_size(h).unwrap_or(len).max(1);
@@ -426,6 +434,28 @@ mod tests {
             assert_eq!(d.data, payloads[i], "datagram {i} arrives whole and in order");
             assert_eq!(d.src, tx.local_addr().unwrap());
         }
+    }
+
+    /// An empty datagram is received as one (of length 0), so that it is counted; it used to
+    /// vanish between the kernel and the core.
+    #[test]
+    fn an_empty_datagram_is_received_as_one() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        for p in [&b"a"[..], b"", b"bc"] {
+            tx.send_to(p, to).unwrap();
+        }
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .unwrap();
+        let mut r = Receiver::new(64);
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            r.recv(&rx, &mut got).unwrap();
+        }
+        let lens: Vec<usize> = got.iter().map(|d| d.data.len()).collect();
+        assert_eq!(lens, [1, 0, 2]);
+        assert_eq!(got[1].src, tx.local_addr().unwrap());
     }
 
     #[test]
