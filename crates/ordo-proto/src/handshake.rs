@@ -38,6 +38,21 @@ pub fn tai64n(wall: SystemTime) -> Tai64n {
     t
 }
 
+/// The earliest timestamp after `t` at [`tai64n`]'s granularity.
+pub fn tai64n_after(t: &Tai64n) -> Tai64n {
+    let secs = u64::from_be_bytes(t[..8].try_into().expect("8 bytes"));
+    let nanos = u32::from_be_bytes(t[8..].try_into().expect("4 bytes")) + 0x0100_0000;
+    let (secs, nanos) = if nanos >= 1_000_000_000 {
+        (secs + 1, 0)
+    } else {
+        (secs, nanos)
+    };
+    let mut out = [0u8; 12];
+    out[..8].copy_from_slice(&secs.to_be_bytes());
+    out[8..].copy_from_slice(&nanos.to_be_bytes());
+    out
+}
+
 /// Our static identity, with what can be computed once from it.
 pub struct Identity {
     pub private: PrivateKey,
@@ -305,6 +320,12 @@ mod tests {
         assert_eq!(&a[..8], &(0x4000_0000_0000_000a_u64 + 1_700_000_000).to_be_bytes());
         assert_eq!(u32::from_be_bytes(a[8..].try_into().unwrap()) & 0x00ff_ffff, 0);
         assert!(tai64n(t0 + Duration::from_secs(1)) > a);
+        assert!(tai64n_after(&a) > a);
+        let end_of_second = tai64n(UNIX_EPOCH + Duration::new(5, 999_999_999));
+        assert_eq!(
+            tai64n_after(&end_of_second),
+            tai64n(UNIX_EPOCH + Duration::from_secs(6))
+        );
     }
 
     #[test]

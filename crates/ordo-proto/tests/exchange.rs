@@ -34,6 +34,8 @@ struct Net {
     pb: PeerId, // A as B's peer
     t0: Instant,
     now: Instant,
+    /// Seconds both sides' wall clocks were stepped by (NTP, a restored VM).
+    wall_step: i64,
     addr_a: SocketAddr,
     addr_b: SocketAddr,
     /// Data delivered to each side's TUN, in order.
@@ -75,6 +77,7 @@ impl Net {
             pb,
             t0,
             now: t0,
+            wall_step: 0,
             addr_a,
             addr_b,
             tun_a: vec![],
@@ -87,7 +90,7 @@ impl Net {
     }
 
     fn wall(&self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(1_700_000_000) + (self.now - self.t0)
+        UNIX_EPOCH + Duration::from_secs(1_700_000_000_u64.saturating_add_signed(self.wall_step)) + (self.now - self.t0)
     }
 
     fn advance(&mut self, d: Duration) {
@@ -448,6 +451,28 @@ fn initiator_rekeys_after_rekey_after_time_and_responder_does_not() {
     assert_eq!(n.a.stats.handshakes_completed, 2);
     assert!(matches!(n.send(true, b"new keys"), Sent::Data { .. }));
     assert_eq!(&n.tun_b.last().unwrap()[20..], b"new keys");
+}
+
+/// The wall clock stepped back an hour (or forward) does not lock the initiator out: its next
+/// initiation's timestamp is still newer than the last the responder accepted, so the rekey
+/// goes through (the responder refused it as a replay for the hour before).
+#[test]
+fn a_wall_clock_stepped_by_an_hour_does_not_stop_the_rekey() {
+    for (step, name) in [(-3600, "back"), (3600, "forward")] {
+        let mut n = established();
+        n.send(false, b"confirm");
+        n.wall_step = step;
+        n.now += REKEY_AFTER_TIME;
+        n.send(true, b"from initiator");
+        assert_eq!(n.a.stats.handshakes_completed, 2, "stepped {name}");
+        assert_eq!(
+            n.b.stats.drops.get(&DropReason::HandshakeReplay),
+            None,
+            "stepped {name}"
+        );
+        assert!(matches!(n.send(true, b"new keys"), Sent::Data { .. }));
+        assert_eq!(&n.tun_b.last().unwrap()[20..], b"new keys", "stepped {name}");
+    }
 }
 
 #[test]

@@ -87,10 +87,18 @@ impl Interface {
             self.indices.remove(&old.local_index);
         }
         let index = self.fresh_index(id);
+        // Never older than the last we sent: a responder refuses an initiation whose timestamp
+        // is not newer than the last it accepted from us, so a wall clock stepped back (NTP, a
+        // restored VM) would lock us out until it caught up.
+        let now_stamp = handshake::tai64n(wall);
+        let timestamp = if now_stamp > self.last_timestamp_sent {
+            now_stamp
+        } else {
+            handshake::tai64n_after(&self.last_timestamp_sent)
+        };
+        self.last_timestamp_sent = timestamp;
         let me = self.identity.as_ref().expect("checked above");
-        let Ok((msg, state)) =
-            handshake::create_initiation(me, &remote, &ss, index, handshake::tai64n(wall), &mut self.rng)
-        else {
+        let Ok((msg, state)) = handshake::create_initiation(me, &remote, &ss, index, timestamp, &mut self.rng) else {
             self.indices.remove(&index);
             return;
         };

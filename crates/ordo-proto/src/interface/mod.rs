@@ -244,6 +244,8 @@ fn first_queue(me: &PublicKey, peer: &PublicKey) -> u32 {
 pub struct Interface {
     /// Shared with initiations being opened outside the interface ([`PendingInitiation`]).
     identity: Option<Arc<Identity>>,
+    /// The timestamp of our last initiation: the next is newer, whatever the wall clock does.
+    last_timestamp_sent: crate::handshake::Tai64n,
     checker: Option<CookieChecker>,
     peers: BTreeMap<PeerId, Peer>,
     by_key: HashMap<PublicKey, PeerId>,
@@ -286,6 +288,7 @@ impl Interface {
         let next_queue = rng.next_u32();
         Interface {
             identity: None,
+            last_timestamp_sent: [0; 12],
             checker: None,
             peers: BTreeMap::new(),
             by_key: HashMap::new(),
