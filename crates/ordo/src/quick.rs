@@ -41,16 +41,35 @@ pub fn resolve(arg: &str) -> Result<(PathBuf, String)> {
     Ok((path.clone(), name.to_string()))
 }
 
-pub fn load(path: &Path) -> Result<WgQuickConfig> {
-    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if meta.permissions().mode() & 0o044 != 0 {
-        eprintln!(
+/// What a config file's mode exposes: its private key to readers, and (its PostUp and
+/// PreDown run as root) root to writers other than its owner.
+pub fn permission_warnings(path: &Path, mode: u32) -> Vec<String> {
+    let mut w = Vec::new();
+    if mode & 0o044 != 0 {
+        w.push(format!(
             "warning: {} is readable by group or others and holds a private key; chmod 600 it",
             path.display()
-        );
+        ));
     }
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let cfg = wgquick::parse(&text, path)?;
+    if mode & 0o022 != 0 {
+        w.push(format!(
+            "warning: {} is writable by group or others, and its PreUp/PostUp commands run as root; chmod 600 it",
+            path.display()
+        ));
+    }
+    w
+}
+
+pub fn load(path: &Path) -> Result<WgQuickConfig> {
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    for w in permission_warnings(path, meta.permissions().mode()) {
+        eprintln!("{w}");
+    }
+    // Read in one allocation (fs::read sizes it from the file) and wiped when done: the text
+    // holds the private key.
+    let bytes = Zeroizing::new(std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?);
+    let text = std::str::from_utf8(&bytes).with_context(|| format!("{}: not UTF-8 text", path.display()))?;
+    let cfg = wgquick::parse(text, path)?;
     for (line, key) in &cfg.interface.ignored {
         eprintln!(
             "warning: {}:{line}: {key} is not handled by ordo and is ignored",
@@ -204,4 +223,25 @@ pub fn down(arg: &str) -> Result<()> {
     }
     run_hooks(&cfg.interface.post_down, &ifname)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_readable_or_writable_by_others_is_warned_about() {
+        let p = Path::new("wg0.conf");
+        assert!(permission_warnings(p, 0o600).is_empty());
+        assert!(permission_warnings(p, 0o400).is_empty());
+        let w = permission_warnings(p, 0o644);
+        assert!(w.len() == 1 && w[0].contains("readable"), "{w:?}");
+        let w = permission_warnings(p, 0o620);
+        assert!(
+            w.len() == 1 && w[0].contains("writable") && w[0].contains("root"),
+            "{w:?}"
+        );
+        assert_eq!(permission_warnings(p, 0o666).len(), 2);
+        assert_eq!(permission_warnings(p, 0o602).len(), 1);
+    }
 }
