@@ -21,7 +21,8 @@
 #
 #   scripts/flood.sh [DURATION=20] [RATE=100000] [SOURCES=32] [ROUNDS=1]
 # With ROUNDS > 1 the phases alternate ROUNDS times on one tunnel, and the table shows each
-# phase's medians (flow, server CPU), its worst new-client figures and its largest RSS.
+# phase's medians (flow, server CPU; its flow against the junk phase's of the same round),
+# its worst new-client figures and its largest RSS.
 # FLOOD_IMPLS: ordo (its default model), ordo-MODEL, wireguard-go, boringtun (default: ordo);
 # FLOOD_PHASES narrows the phases.
 # FLOOD_PERF=1 records a machine-wide profile of each phase's flow into the log directory.
@@ -208,7 +209,9 @@ for r in rows:
 for (impl, phase), rs in groups.items():
     junk = groups.get((impl, "junk"))
     gbit = med([r["gbit"] for r in rs])
-    share = f"{gbit / med([r['gbit'] for r in junk]):.2f}" if junk else "-"
+    # Each round's flow against the same round's junk phase, then the median: rounds drift
+    # (host steal), phases within one round much less.
+    share = f"{med([r['gbit'] / j['gbit'] for r, j in zip(rs, junk)]):.2f}" if junk else "-"
     rss = max((r["rss_mb"][1] for r in rs if r["rss_mb"]), default=0)
     up = min(r["new"]["up"] for r in rs)
     hs = max((r["new"]["seconds"] or 0) for r in rs)

@@ -668,6 +668,102 @@ t_auto_regime() {
     [[ $seen == inline ]] || fail "the idle peer did not come back inline"
 }
 
+# ---- faults ---------------------------------------------------------------------------------
+
+# gone_within PID SECONDS: true once the process has exited, false if it is still there.
+gone_within() {
+    local i
+    for i in $(seq $(($2 * 10))); do
+        kill -0 "$1" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# stopped_cleanly IFNAME: the daemon's log names no panic and its UAPI socket is gone.
+stopped_cleanly() {
+    ! grep -i "panic" "$LOGDIR/$1.log" >/dev/null || fail "the log names a panic: $(cat "$LOGDIR/$1.log")"
+    [[ ! -e /var/run/wireguard/$1.sock ]] || fail "the UAPI socket is still there"
+}
+
+# A TCP flow through the tunnel, from A to B, for SECONDS in the background; sets FLOW.
+flow_in_background() {
+    ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
+    for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break; sleep 0.1; done
+    ip netns exec "$NS_A" iperf3 -c "$IN_B" -t "$1" >/dev/null 2>&1 &
+    FLOW=$!
+    sleep 1
+}
+
+# SIGTERM while a flow runs: the daemon exits at once, cleanly, its socket removed.
+t_sigterm_under_load() {
+    tunnel ordo ordo
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    local pid
+    pid=$(ip netns pids "$NS_A" | sed -n 1p)
+    flow_in_background 10
+    kill -TERM "$pid"
+    gone_within "$pid" 3 || fail "still running 3 s after SIGTERM"
+    stopped_cleanly "$IF_A"
+    kill "$FLOW" 2>/dev/null || true
+}
+
+# The TUN device deleted while a flow runs: the daemon stops, cleanly.
+t_tun_deleted_under_load() {
+    tunnel ordo ordo
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    local pid
+    pid=$(ip netns pids "$NS_A" | sed -n 1p)
+    flow_in_background 10
+    ip -n "$NS_A" link del "$IF_A"
+    gone_within "$pid" 3 || fail "still running 3 s after its interface was deleted"
+    stopped_cleanly "$IF_A"
+    kill "$FLOW" 2>/dev/null || true
+}
+
+# The outer address removed under traffic, then added back: sends fail meanwhile (counted,
+# no panic), and the tunnel carries traffic again once it is back.
+t_outer_address_removed() {
+    tunnel ordo ordo
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    ip netns exec "$NS_A" ping -q -i 0.05 -w 4 "$IN_B" >/dev/null 2>&1 &
+    local pinger=$!
+    sleep 0.5
+    ip -n "$NS_A" addr del "$OUT_A/24" dev veth-a
+    sleep 1
+    local failed
+    failed=$(ordo_counter "$IF_A" drop_udp_send_error)
+    ip -n "$NS_A" addr add "$OUT_A/24" dev veth-a
+    wait $pinger || true
+    ((failed > 0)) || fail "no send error counted while the address was gone"
+    ping_ok "$NS_A" "$IN_B" 3 10 || fail "no traffic once the address is back"
+    ping_ok "$NS_B" "$IN_A" 3 10 || fail "no traffic from B once the address is back"
+    ! grep -i "panic" "$LOGDIR/$IF_A.log" >/dev/null || fail "a panic: $(cat "$LOGDIR/$IF_A.log")"
+}
+
+# `wg syncconf` adding 1,000 peers and removing them again while A pings B every 10 ms: no
+# ping is lost (the peer that stays keeps its session), no panic.
+t_syncconf_churn() {
+    tunnel ordo ordo
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    local base="$LOGDIR/base.conf" many="$LOGDIR/many.conf"
+    printf '[Interface]\nPrivateKey = %s\nListenPort = %s\n\n[Peer]\nPublicKey = %s\nEndpoint = %s\nAllowedIPs = %s\n' \
+        "$KEY_A" "$PORT_A" "$PUB_B" "$OUT_B:$PORT_B" "$IN_B/32, $IN6_B/128" >"$base"
+    { cat "$base"; "$ORDO" loadgen setup --clients 1000 | sed '1,/^$/d'; } >"$many"
+    ip netns exec "$NS_A" ping -q -i 0.01 -c 400 -w 15 "$IN_B" >"$LOGDIR/ping.txt" 2>&1 &
+    local pinger=$!
+    sleep 0.5
+    ip netns exec "$NS_A" wg syncconf "$IF_A" "$many" || fail "syncconf to 1,001 peers"
+    [[ $(ip netns exec "$NS_A" wg show "$IF_A" peers | wc -l) == 1001 ]] || fail "not 1,001 peers"
+    ip netns exec "$NS_A" wg syncconf "$IF_A" "$base" || fail "syncconf back to one peer"
+    ip netns exec "$NS_A" wg syncconf "$IF_A" "$many" || fail "syncconf to 1,001 peers again"
+    ip netns exec "$NS_A" wg syncconf "$IF_A" "$base" || fail "syncconf back to one peer again"
+    [[ $(ip netns exec "$NS_A" wg show "$IF_A" peers) == "$PUB_B" ]] || fail "the staying peer is not alone"
+    wait $pinger || true
+    grep " 0% packet loss" "$LOGDIR/ping.txt" >/dev/null || fail "pings lost: $(cat "$LOGDIR/ping.txt")"
+    ! grep -i "panic" "$LOGDIR/$IF_A.log" >/dev/null || fail "a panic: $(cat "$LOGDIR/$IF_A.log")"
+}
+
 # ---- floods (short versions of scripts/flood.sh) ---------------------------------------------
 
 # Ordo in A as a server for FLOOD_CLIENTS + 1 load-generator clients (the last one is the
@@ -800,6 +896,10 @@ run_test "os_drops" t_os_drops
 run_test "config" t_config
 run_test "default_route[wireguard-go]" t_default_route wireguard-go
 run_test "privileges" t_privileges
+run_test "sigterm_under_load" t_sigterm_under_load
+run_test "tun_deleted_under_load" t_tun_deleted_under_load
+run_test "outer_address_removed" t_outer_address_removed
+run_test "syncconf_churn" t_syncconf_churn
 run_test "flood_handshake" t_flood_handshake
 run_test "flood_random" t_flood_random
 run_test "flood_replay" t_flood_replay
