@@ -377,13 +377,47 @@ t_default_route() {
 # The daemon keeps only CAP_NET_ADMIN and CAP_NET_BIND_SERVICE once running.
 t_privileges() {
     tunnel ordo ordo
-    local pid
-    pid=$(ip netns pids "$NS_A" | sed -n 1p)
-    local eff
-    eff=$(awk '/^CapEff/ {print $2}' "/proc/$pid/status")
-    # CAP_NET_BIND_SERVICE (10) and CAP_NET_ADMIN (12).
-    [[ "$eff" == "0000000000001400" ]] || fail "effective capabilities $eff, want 0000000000001400"
+    local pid janitor
+    pid=$(pgrep -o -f -- "--foreground .*$IF_A\$")
+    janitor=$(pgrep -f "ordo uapi-janitor /var/run/wireguard/$IF_A.sock")
+    status_field() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; }
+    # CAP_NET_BIND_SERVICE (10) and CAP_NET_ADMIN (12), as nobody, no_new_privs.
+    [[ $(status_field "$pid" CapEff) == 0000000000001400 ]] || fail "effective capabilities $(status_field "$pid" CapEff)"
+    [[ $(status_field "$pid" CapBnd) == 0000000000001400 ]] || fail "bounding set $(status_field "$pid" CapBnd)"
+    [[ $(status_field "$pid" Uid) == "$(id -u nobody)" ]] || fail "uid $(status_field "$pid" Uid), not nobody's"
+    [[ $(status_field "$pid" Gid) == "$(id -g nobody)" ]] || fail "gid $(status_field "$pid" Gid), not nobody's group"
+    [[ $(status_field "$pid" NoNewPrivs) == 1 ]] || fail "no_new_privs not set"
+    # The janitor: root's uid for the socket's folder, and nothing else.
+    [[ $(status_field "$janitor" CapBnd) == 0000000000000000 ]] || fail "janitor's bounding set $(status_field "$janitor" CapBnd)"
+    [[ $(status_field "$janitor" CapPrm) == 0000000000000000 ]] || fail "janitor's capabilities $(status_field "$janitor" CapPrm)"
+    [[ $(ls "/proc/$janitor/fd" | wc -l) == 3 ]] || fail "the janitor holds more than its pipe and stdio: $(ls -l "/proc/$janitor/fd")"
     ping_ok "$NS_A" "$IN_B" || fail "ping"
+    # What the kept capabilities are for still works as nobody: a listen port below 1024
+    # (the peer follows the new endpoint once A speaks) and a fwmark.
+    ip netns exec "$NS_A" wg set "$IF_A" listen-port 500 fwmark 0x51 || fail "wg set listen-port 500 fwmark"
+    [[ $(ip netns exec "$NS_A" wg show "$IF_A" listen-port) == 500 ]] || fail "listen port not 500"
+    ip netns exec "$NS_A" ss -lun | grep ':500 ' >/dev/null || fail "nothing bound to port 500"
+    ping_ok "$NS_A" "$IN_B" || fail "ping after the port change"
+    # Its end: the socket (root's folder) is removed by the janitor, which then exits too.
+    ip -n "$NS_A" link del "$IF_A"
+    gone_within "$pid" 3 || fail "still running 3 s after its interface was deleted"
+    stopped_cleanly "$IF_A"
+    gone_within "$janitor" 1 || fail "the janitor outlived the daemon"
+}
+
+# --user root keeps uid 0 without the other capabilities; --keep-privileges keeps all.
+t_privileges_flags() {
+    make_hosts
+    ORDO_LOG="$LOGDIR/$IF_A.log" ip netns exec "$NS_A" "$ORDO" --user root "$IF_A"
+    local pid
+    pid=$(pgrep -o -f -- "--foreground --user root .*$IF_A\$")
+    [[ $(awk '/^Uid:/ {print $2}' "/proc/$pid/status") == 0 ]] || fail "--user root: not uid 0"
+    [[ $(awk '/^CapEff:/ {print $2}' "/proc/$pid/status") == 0000000000001400 ]] || fail "--user root: capabilities"
+    ip netns exec "$NS_A" "$ORDO" --user no-such-user-ordo "${IF_A}x" 2>"$LOGDIR/nouser.txt" && fail "an unknown user was accepted"
+    grep "no user named no-such-user-ordo" "$LOGDIR/nouser.txt" >/dev/null || fail "unclear error: $(cat "$LOGDIR/nouser.txt")"
+    [[ ! -e "/var/run/wireguard/${IF_A}x.sock" ]] || fail "a socket left by the refused start"
+    ip -n "$NS_A" link show "${IF_A}x" >/dev/null 2>&1 && fail "an interface left by the refused start"
+    true
 }
 
 # The data-plane tests run in every execution model (ORDO_MODEL reaches every Ordo started);
@@ -680,10 +714,16 @@ gone_within() {
     return 1
 }
 
-# stopped_cleanly IFNAME: the daemon's log names no panic and its UAPI socket is gone.
+# stopped_cleanly IFNAME: the daemon's log names no panic and its UAPI socket is gone (the
+# janitor removes it as the daemon's last descriptor closes: allow it a moment).
 stopped_cleanly() {
     ! grep -i "panic" "$LOGDIR/$1.log" >/dev/null || fail "the log names a panic: $(cat "$LOGDIR/$1.log")"
-    [[ ! -e /var/run/wireguard/$1.sock ]] || fail "the UAPI socket is still there"
+    local i
+    for i in $(seq 10); do
+        [[ ! -e /var/run/wireguard/$1.sock ]] && return 0
+        sleep 0.1
+    done
+    fail "the UAPI socket is still there"
 }
 
 # A TCP flow through the tunnel, from A to B, for SECONDS in the background; sets FLOW.
@@ -896,6 +936,7 @@ run_test "os_drops" t_os_drops
 run_test "config" t_config
 run_test "default_route[wireguard-go]" t_default_route wireguard-go
 run_test "privileges" t_privileges
+run_test "privileges_flags" t_privileges_flags
 run_test "sigterm_under_load" t_sigterm_under_load
 run_test "tun_deleted_under_load" t_tun_deleted_under_load
 run_test "outer_address_removed" t_outer_address_removed

@@ -1,9 +1,9 @@
 //! The `ordo` command.
 //!
 //! ```text
-//! ordo [-f|--foreground] [--keep-privileges] [--model M] [--workers N] [--cores L]
-//!      [--io-cores L] IFNAME                           # userspace WireGuard, as wg-quick expects
-//! ordo up CONFIG|NAME                                  # wg-quick up, with Ordo
+//! ordo [-f|--foreground] [--keep-privileges | --user U] [--model M] [--workers N]
+//!      [--cores L] [--io-cores L] IFNAME               # userspace WireGuard, as wg-quick expects
+//! ordo up [--keep-privileges | --user U] CONFIG|NAME   # wg-quick up, with Ordo
 //! ordo down CONFIG|NAME                                # wg-quick down
 //! ordo show [IFNAME] [--json]                          # wg show, plus Ordo's counters
 //! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
@@ -11,6 +11,8 @@
 //! ordo loadgen setup|run|sink ...                      # N WireGuard clients against a server
 //! ```
 
+use ordo::daemon::janitor::{self, FileIdentity};
+use ordo::daemon::privileges::Privileges;
 use ordo::placement::model::{Model, PlaneConfig, SETTINGS};
 use ordo::{bench, daemon, loadgen, quick, show, uapi};
 
@@ -34,9 +36,14 @@ enum Command {
     /// Bring up an interface from a wg-quick file (NAME means /etc/wireguard/NAME.conf).
     Up {
         config: String,
-        /// Keep every capability instead of dropping to CAP_NET_ADMIN/CAP_NET_BIND_SERVICE.
+        /// Keep every capability and the user instead of dropping to CAP_NET_ADMIN and
+        /// CAP_NET_BIND_SERVICE as an unprivileged user.
         #[arg(long)]
         keep_privileges: bool,
+        /// The user the daemon becomes after setup when started as root (default: $ORDO_USER,
+        /// else nobody; `root` keeps uid 0 with the capabilities dropped).
+        #[arg(long, conflicts_with = "keep_privileges")]
+        user: Option<String>,
     },
     /// Take down an interface brought up with `ordo up`.
     Down { config: String },
@@ -85,6 +92,13 @@ enum Command {
     Genkey,
     /// Read a private key on stdin, print its public key.
     Pubkey,
+    /// Internal: started by the daemon to remove its UAPI socket once it ends.
+    #[command(name = janitor::SUBCOMMAND, hide = true)]
+    UapiJanitor {
+        path: std::path::PathBuf,
+        dev: u64,
+        ino: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -98,12 +112,14 @@ enum LabCommand {
     },
 }
 
-/// The xplatform form: `ordo [-f|--foreground] [--keep-privileges] [data-plane flags] IFNAME`.
+/// The xplatform form: `ordo [-f|--foreground] [--keep-privileges | --user U] [data-plane
+/// flags] IFNAME`.
 /// wg-quick runs plain `ordo IFNAME`, so the data-plane settings also come from the
 /// environment (ORDO_MODEL and the others of `SETTINGS`); flags win over the environment.
 fn xplatform(args: &[String]) -> Option<Result<()>> {
     let mut foreground = false;
     let mut keep = false;
+    let mut user = None;
     let mut name = None;
     let mut flags: Vec<(&str, &str)> = Vec::new();
     let mut it = args.iter();
@@ -111,6 +127,12 @@ fn xplatform(args: &[String]) -> Option<Result<()>> {
         match a.as_str() {
             "-f" | "--foreground" => foreground = true,
             "--keep-privileges" => keep = true,
+            "--user" => {
+                let Some(v) = it.next() else {
+                    return Some(Err(anyhow::anyhow!("--user needs a value")));
+                };
+                user = Some(v.clone());
+            }
             s if s.starts_with("--") && SETTINGS.iter().any(|(n, _, _)| *n == &s[2..]) => {
                 let Some(v) = it.next() else {
                     return Some(Err(anyhow::anyhow!("{s} needs a value")));
@@ -123,7 +145,16 @@ fn xplatform(args: &[String]) -> Option<Result<()>> {
     }
     let name = name?;
     if [
-        "up", "down", "show", "bench", "loadgen", "lab", "genkey", "pubkey", "help",
+        "up",
+        "down",
+        "show",
+        "bench",
+        "loadgen",
+        "lab",
+        "genkey",
+        "pubkey",
+        "help",
+        janitor::SUBCOMMAND,
     ]
     .contains(&name.as_str())
     {
@@ -136,11 +167,12 @@ fn xplatform(args: &[String]) -> Option<Result<()>> {
         }
         Ok(c)
     })();
+    let privileges = Privileges::from_flags(keep, user);
     Some(config.and_then(|config| {
         if foreground {
-            daemon::run(&name, keep, &config)
+            daemon::run(&name, &privileges, &config)
         } else {
-            daemon::spawn_detached(&name, keep, &config)
+            daemon::spawn_detached(&name, &privileges, &config)
         }
     }))
 }
@@ -162,7 +194,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Up {
             config,
             keep_privileges,
-        } => quick::up(&config, keep_privileges),
+            user,
+        } => quick::up(&config, &Privileges::from_flags(keep_privileges, user)),
         Command::Down { config } => quick::down(&config),
         Command::Show { ifname, json } => {
             let names = match ifname {
@@ -230,6 +263,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("{}", k.public_key().to_base64());
             Ok(())
         }
+        Command::UapiJanitor { path, dev, ino } => janitor::run(&path, FileIdentity { dev, ino }),
     }
 }
 

@@ -3,7 +3,7 @@
 //! socket, the same path `wg setconf` takes, so there is one way to configure a device.
 
 use crate::config::wgquick::{self, Table, WgQuickConfig};
-use crate::daemon;
+use crate::daemon::{self, privileges::Privileges};
 use crate::netconf::Netlink;
 use crate::placement::model::PlaneConfig;
 use crate::uapi::client;
@@ -135,7 +135,7 @@ fn set_request(cfg: &WgQuickConfig, fwmark: Option<u32>) -> Result<Zeroizing<Str
     Ok(s)
 }
 
-pub fn up(arg: &str, keep_privileges: bool) -> Result<()> {
+pub fn up(arg: &str, privileges: &Privileges) -> Result<()> {
     let (path, ifname) = resolve(arg)?;
     let cfg = load(&path)?;
     if client::list_interfaces().contains(&ifname) {
@@ -146,7 +146,7 @@ pub fn up(arg: &str, keep_privileges: bool) -> Result<()> {
     for (name, value) in &cfg.interface.plane {
         plane.set(name, value).map_err(anyhow::Error::msg)?;
     }
-    daemon::spawn_detached(&ifname, keep_privileges, &plane)?;
+    daemon::spawn_detached(&ifname, privileges, &plane)?;
     let result = configure(&cfg, &ifname);
     if result.is_err() {
         // Leave nothing half-configured behind.

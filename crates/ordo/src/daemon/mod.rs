@@ -1,11 +1,16 @@
 //! Running as the xplatform interface demands: `ordo IFNAME` creates the interface, detaches
 //! into the background and returns only once the UAPI socket answers; `ordo -f IFNAME` stays
-//! in the foreground. Privileges are dropped once the interface and sockets exist.
+//! in the foreground. Privileges are dropped once the interface and sockets exist
+//! ([`privileges`]); the UAPI socket is then removed by a [`janitor`] when the daemon ends.
+
+pub mod janitor;
+pub mod privileges;
 
 use crate::device::Device;
 use crate::placement::model::PlaneConfig;
 use crate::uapi;
 use anyhow::{bail, Context, Result};
+use privileges::{not_dumpable, Privileges};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -20,13 +25,11 @@ pub const LOG_ENV: &str = "ORDO_LOG";
 const UNDER_LOAD_ENV: &str = "ORDO_TEST_UNDER_LOAD";
 
 /// Starts the daemon for `ifname` in the background and waits until it is ready.
-pub fn spawn_detached(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<()> {
+pub fn spawn_detached(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the ordo executable")?;
     let mut cmd = Command::new(exe);
     cmd.arg("--foreground");
-    if keep_privileges {
-        cmd.arg("--keep-privileges");
-    }
+    cmd.args(privileges.to_args());
     cmd.args(config.to_args());
     cmd.arg(ifname)
         .env(READY_ENV, "1")
@@ -50,51 +53,29 @@ pub fn spawn_detached(ifname: &str, keep_privileges: bool, config: &PlaneConfig)
     bail!("the ordo daemon for {ifname} failed to start ({status})")
 }
 
-/// Tells the parent waiting in [`spawn_detached`] that we are up, then lets go of the
-/// terminal: stdout and stderr move to $ORDO_LOG, or /dev/null.
-fn report_ready() -> Result<()> {
+/// The detached daemon's log ($ORDO_LOG, or /dev/null), opened while the daemon may still
+/// open any path: after the drop its user may not reach the log's folder.
+fn open_detached_log() -> Result<Option<std::fs::File>> {
     if std::env::var_os(READY_ENV).is_none() {
-        return Ok(());
+        return Ok(None);
     }
+    let log = std::env::var(LOG_ENV).unwrap_or_else(|_| "/dev/null".into());
+    let f = open_log(Path::new(&log)).with_context(|| format!("cannot open log {log}"))?;
+    Ok(Some(f))
+}
+
+/// Tells the parent waiting in [`spawn_detached`] that we are up, then lets go of the
+/// terminal: stdout and stderr move to the log.
+fn report_ready(log: Option<std::fs::File>) -> Result<()> {
+    let Some(f) = log else { return Ok(()) };
     let mut out = std::io::stdout();
     out.write_all(b"ready\n")?;
     out.flush()?;
-    let log = std::env::var(LOG_ENV).unwrap_or_else(|_| "/dev/null".into());
-    let f = open_log(Path::new(&log)).with_context(|| format!("cannot open log {log}"))?;
     use std::os::fd::AsRawFd;
     // SAFETY: dup2 on valid descriptors; f stays open until after the calls.
     unsafe {
         libc::dup2(f.as_raw_fd(), 1);
         libc::dup2(f.as_raw_fd(), 2);
-    }
-    Ok(())
-}
-
-/// Keeps only what a running interface needs: CAP_NET_ADMIN (fwmark) and
-/// CAP_NET_BIND_SERVICE (a listen port below 1024 set later through the UAPI). Everything
-/// else leaves the bounding, permitted, effective and inheritable sets, and no exec can
-/// regain it. Capabilities are per thread, so this runs before any thread is started.
-/// With `realtime` (the threaded model's SCHED_FIFO delivery, a lab setting), also
-/// CAP_SYS_NICE, which the delivery threads started later need.
-pub fn drop_privileges(realtime: bool) -> Result<()> {
-    use caps::{CapSet, Capability, CapsHashSet};
-    let mut keep: CapsHashSet = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_BIND_SERVICE]
-        .into_iter()
-        .collect();
-    if realtime {
-        keep.insert(Capability::CAP_SYS_NICE);
-    }
-    for c in caps::all() {
-        if !keep.contains(&c) {
-            caps::drop(None, CapSet::Bounding, c).with_context(|| format!("dropping {c} from the bounding set"))?;
-        }
-    }
-    caps::set(None, CapSet::Inheritable, &CapsHashSet::new())?;
-    caps::set(None, CapSet::Effective, &keep)?;
-    caps::set(None, CapSet::Permitted, &keep)?;
-    // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1) only sets a flag on this process.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        bail!("prctl(PR_SET_NO_NEW_PRIVS): {}", std::io::Error::last_os_error());
     }
     Ok(())
 }
@@ -107,16 +88,6 @@ fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
         .append(true)
         .mode(0o600)
         .open(path)
-}
-
-/// Makes the process not dumpable: no core file, and no other process of the same user may
-/// attach to it or read its memory (/proc/PID/mem), where the keys are.
-pub fn not_dumpable() -> Result<()> {
-    // SAFETY: prctl(PR_SET_DUMPABLE, 0) only sets a flag on this process.
-    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
-        bail!("prctl(PR_SET_DUMPABLE): {}", std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Exit status after a panic (sysexits' EX_SOFTWARE: an internal error).
@@ -141,7 +112,8 @@ pub fn exit_on_panic(uapi_path: Option<std::path::PathBuf>) {
 }
 
 /// Runs the interface until it is deleted, its socket removed, or a signal arrives.
-pub fn run(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<()> {
+pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Result<()> {
+    let log = open_detached_log()?;
     let device = Device::create(ifname, config).with_context(|| format!("cannot create interface {ifname}"))?;
     if std::env::var_os(UNDER_LOAD_ENV).is_some() {
         eprintln!("ordo[{ifname}]: {UNDER_LOAD_ENV} is set: every handshake without a valid mac2 gets a cookie reply");
@@ -152,8 +124,18 @@ pub fn run(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<
     *device.uapi_path.lock().unwrap() = Some(path.clone());
     exit_on_panic(Some(path.clone()));
     not_dumpable()?;
-    if !keep_privileges {
-        drop_privileges(config.delivery_fifo)
+    // Held until the daemon ends: its closing tells the janitor to remove the socket.
+    let mut _janitor = None;
+    if let Privileges::Drop { user } = privileges {
+        let stderr = match &log {
+            Some(f) => f.try_clone()?.into(),
+            None => Stdio::inherit(),
+        };
+        match janitor::spawn(&path, stderr) {
+            Ok(pipe) => _janitor = Some(pipe),
+            Err(e) => eprintln!("ordo[{ifname}]: {e:#}: the UAPI socket may outlive the daemon"),
+        }
+        privileges::drop_privileges(user, config.delivery_fifo)
             .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
     }
     device.start().context("cannot start the data plane")?;
@@ -168,7 +150,7 @@ pub fn run(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<
             d.shutdown(&format!("signal {s}"));
         }
     })?;
-    report_ready()?;
+    report_ready(log)?;
     eprintln!(
         "ordo[{ifname}]: up, listening on UDP port {}, model {}, {} queue(s), {} crypto worker(s)",
         device.listen_port(),
@@ -177,6 +159,7 @@ pub fn run(ifname: &str, keep_privileges: bool, config: &PlaneConfig) -> Result<
         device.workers()
     );
     device.wait();
+    // Fails once privileges are dropped: the janitor removes it as this process ends.
     let _ = std::fs::remove_file(&path);
     Ok(())
 }
