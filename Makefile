@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build demo test lint unit interop interop-quick loadgen lab-short lab bench fuzz clean
+.PHONY: all build demo test lint unit interop interop-quick loadgen lab-short lab bench fuzz fuzz-campaign clean
 
 all: build
 
@@ -67,11 +67,16 @@ bench: build
 	tests/install-deps.sh
 	scripts/bench-e2e.sh
 
-## make fuzz: each cargo-fuzz target for FUZZ_SECONDS (nightly toolchain and cargo-fuzz).
+## make fuzz: each fuzz target under libFuzzer for FUZZ_SECONDS (nightly toolchain; cargo-fuzz
+## is installed if missing); make fuzz-campaign: the recorded campaign, an hour each by default.
+## Both keep the minimised corpus in fuzz/corpus and append their figures to fuzz/campaign.tsv.
+## make test runs every target's short version (its corpus, then mutations) on stable.
 FUZZ_SECONDS ?= 60
 fuzz:
-	cd fuzz && for t in receive handshake_responder uapi_set wgquick; do \
-		cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
+	scripts/fuzz-campaign.sh $(FUZZ_SECONDS)
+
+fuzz-campaign:
+	scripts/fuzz-campaign.sh $(or $(CAMPAIGN_SECONDS),3600)
 
 clean:
 	$(CARGO) clean

@@ -50,6 +50,10 @@ pub fn segment_uso(o: Offload, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>>
         return false;
     }
     let hdr = ip_len + 8;
+    // No payload: nothing to cut into segments (chunks of nothing would make no packet).
+    if p.len() == hdr {
+        return false;
+    }
     let id = u16::from_be_bytes([p[4], p[5]]);
     for (i, chunk) in p[hdr..].chunks(o.segment_size as usize).enumerate() {
         let mut s = segment_copy(&p[..hdr], chunk, headroom);
@@ -93,7 +97,8 @@ pub fn segment_tso(o: Offload, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>>
     }
     let doff = (p[ip_len + 12] >> 4) as usize * 4;
     let hdr = ip_len + doff;
-    if doff < 20 || hdr > p.len() {
+    // No payload: as for USO, not a packet to segment.
+    if doff < 20 || hdr >= p.len() {
         return false;
     }
     let payload = &p[hdr..];
@@ -128,6 +133,32 @@ pub fn segment_tso(o: Offload, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>>
 mod tests {
     use super::*;
     use crate::packet::fixtures::{seg, tcp_checksum_ok, udp_checksum_ok, TCP_ACK};
+
+    /// Found by the tun_read fuzz target: a TSO or USO packet with headers and no payload was
+    /// taken (true) and made no segment, a packet lost without a count.
+    #[test]
+    fn a_large_packet_without_payload_is_malformed() {
+        let mut out = Vec::new();
+        let tso = Offload {
+            segmentation: Segmentation::Tcp4,
+            header_len: 40,
+            segment_size: 500,
+            checksum: Some(PartialChecksum { start: 20, offset: 16 }),
+        };
+        assert!(!segment(tso, &seg(1, &[], TCP_ACK), 0, &mut out));
+        let mut udp = crate::packet::fixtures::dgram(false, 1, 6000, &[]);
+        let uso = Offload {
+            segmentation: Segmentation::Udp,
+            header_len: 28,
+            segment_size: 500,
+            checksum: Some(PartialChecksum { start: 20, offset: 6 }),
+        };
+        assert!(!segment(uso, &udp, 0, &mut out));
+        assert!(out.is_empty());
+        udp = crate::packet::fixtures::dgram(false, 1, 6000, &[1]);
+        assert!(segment(uso, &udp, 0, &mut out));
+        assert_eq!(out.len(), 1);
+    }
 
     #[test]
     fn tso_packets_split_into_valid_segments() {

@@ -6,9 +6,9 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use super::vnet::{VnetHdr, VNET_HDR_LEN};
-use crate::packet::{checksum, segment, Segmentation};
+use super::vnet::{self, Unpacked};
 use crate::port::{buffers, TAILROOM};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TUN: libc::c_short = 0x0001;
@@ -62,6 +62,8 @@ pub struct Tun {
     tso: bool,
     /// ... and USO datagrams.
     uso: bool,
+    /// Reads dropped because their virtio-net header or packet did not hold together.
+    malformed_reads: AtomicU64,
 }
 
 impl std::os::fd::AsRawFd for Tun {
@@ -122,6 +124,7 @@ impl Tun {
             vnet_hdr: true,
             tso,
             uso,
+            malformed_reads: AtomicU64::new(0),
         })
     }
 
@@ -143,22 +146,14 @@ impl Tun {
                 Err(e) => return Err(e),
             };
             let packet = if self.vnet_hdr {
-                if n < VNET_HDR_LEN {
-                    continue;
+                match vnet::unpack(&mut scratch[..n], headroom, out) {
+                    Unpacked::Packet(p) => p,
+                    Unpacked::Segmented(_) => continue,
+                    Unpacked::Malformed => {
+                        self.malformed_reads.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                 }
-                let Some(offload) = VnetHdr::parse(&scratch[..VNET_HDR_LEN]).offload() else {
-                    continue;
-                };
-                let packet = &mut scratch[VNET_HDR_LEN..n];
-                if offload.segmentation != Segmentation::None {
-                    // A TSO or USO packet: split it (malformed ones are dropped).
-                    segment::segment(offload, packet, headroom, out);
-                    continue;
-                }
-                if offload.checksum.is_some_and(|c| !checksum::complete(c, packet)) {
-                    continue;
-                }
-                &scratch[VNET_HDR_LEN..n]
             } else {
                 &scratch[..n]
             };
@@ -172,6 +167,11 @@ impl Tun {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Reads dropped as malformed (see [`vnet::unpack`]).
+    pub fn malformed_reads(&self) -> u64 {
+        self.malformed_reads.load(Ordering::Relaxed)
     }
 
     pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {

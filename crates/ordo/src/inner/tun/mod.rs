@@ -134,6 +134,10 @@ impl InnerPort for TunPort {
         let tun = &self.queues[0];
         vec![
             Counter::new("drop_tun_write_error", c.write_errors.load(Ordering::Relaxed)),
+            Counter::new(
+                "drop_tun_malformed",
+                self.queues.iter().map(|q| q.malformed_reads()).sum(),
+            ),
             // Counted by the kernel before Ordo saw the packet.
             Counter::new(
                 "drop_os_tun_queue_full",

@@ -2,7 +2,7 @@
 //! (struct virtio_net_hdr in linux/virtio_net.h), and its translation to and from the
 //! backend-neutral [`Offload`] that the packet helpers speak.
 
-use crate::packet::{Offload, PartialChecksum, Segmentation};
+use crate::packet::{checksum, segment, Offload, PartialChecksum, Segmentation};
 
 /// struct virtio_net_hdr: flags, gso_type, hdr_len, gso_size, csum_start, csum_offset.
 pub const VNET_HDR_LEN: usize = 10;
@@ -98,6 +98,41 @@ impl VnetHdr {
     }
 }
 
+/// What one read from a device with virtio-net headers held.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unpacked<'a> {
+    /// One wire-sized packet, its checksum completed if the kernel left it partial.
+    Packet(&'a [u8]),
+    /// A TSO or USO packet, split into this many packets appended to the output.
+    Segmented(usize),
+    /// A header or packet that does not hold together, or an offload never offered: dropped.
+    Malformed,
+}
+
+/// Unpacks one read (`frame`: the virtio-net header, then the packet): a TSO or USO packet is
+/// split into `out`, each behind `headroom` zero bytes; a partial checksum is completed in
+/// place. The kernel is the only writer, but what it hands over is checked all the same.
+pub fn unpack<'a>(frame: &'a mut [u8], headroom: usize, out: &mut Vec<Vec<u8>>) -> Unpacked<'a> {
+    if frame.len() < VNET_HDR_LEN {
+        return Unpacked::Malformed;
+    }
+    let Some(offload) = VnetHdr::parse(&frame[..VNET_HDR_LEN]).offload() else {
+        return Unpacked::Malformed;
+    };
+    let packet = &mut frame[VNET_HDR_LEN..];
+    if offload.segmentation != Segmentation::None {
+        let before = out.len();
+        return match segment::segment(offload, packet, headroom, out) {
+            true => Unpacked::Segmented(out.len() - before),
+            false => Unpacked::Malformed,
+        };
+    }
+    if offload.checksum.is_some_and(|c| !checksum::complete(c, packet)) {
+        return Unpacked::Malformed;
+    }
+    Unpacked::Packet(packet)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +180,52 @@ mod tests {
                 csum_offset: 16
             }
         );
+    }
+
+    /// Each kind of read unpacks to what it is; whatever does not hold together is Malformed,
+    /// never a panic or a packet.
+    #[test]
+    fn reads_unpack_to_a_packet_segments_or_malformed() {
+        let frame = |h: VnetHdr, p: &[u8]| {
+            let mut f = vec![0u8; VNET_HDR_LEN];
+            h.write(&mut f);
+            f.extend_from_slice(p);
+            f
+        };
+        let mut out = Vec::new();
+        let one = seg(1000, &[7; 100], TCP_ACK);
+        assert_eq!(unpack(&mut frame(PLAIN, &one), 4, &mut out), Unpacked::Packet(&one[..]));
+        assert_eq!(unpack(&mut [0u8; VNET_HDR_LEN - 1], 4, &mut out), Unpacked::Malformed);
+        let ufo = VnetHdr { gso_type: 3, ..PLAIN };
+        assert_eq!(unpack(&mut frame(ufo, &one), 4, &mut out), Unpacked::Malformed);
+        // A partial checksum whose field lies past the packet's end.
+        let past = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            csum_start: 130,
+            csum_offset: 16,
+            ..PLAIN
+        };
+        assert_eq!(unpack(&mut frame(past, &one), 4, &mut out), Unpacked::Malformed);
+        assert!(out.is_empty());
+        // A TSO packet of three segments' payload.
+        let big = seg(1000, &[9; 300], TCP_ACK);
+        let tso = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 40,
+            gso_size: 100,
+            csum_start: 20,
+            csum_offset: 16,
+        };
+        assert_eq!(unpack(&mut frame(tso, &big), 4, &mut out), Unpacked::Segmented(3));
+        assert_eq!(out.len(), 3);
+        assert!(out.iter().all(|p| p.len() == 4 + 40 + 100 && p[44..] == [9; 100]));
+        // Its header naming the other IP version.
+        let lying = VnetHdr {
+            gso_type: GSO_TCPV6,
+            ..tso
+        };
+        assert_eq!(unpack(&mut frame(lying, &big), 4, &mut out), Unpacked::Malformed);
+        assert_eq!(out.len(), 3);
     }
 }

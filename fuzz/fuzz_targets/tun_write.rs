@@ -1,0 +1,3 @@
+//! libFuzzer's inputs to the `tun_write` target (`ordo_fuzz_targets::packets::tun_write` says what it checks).
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ordo_fuzz_targets::packets::tun_write(data));

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The fuzz campaign: every target of crates/ordo-fuzz-targets under libFuzzer (cargo-fuzz,
+# nightly toolchain, AddressSanitizer, debug assertions on), SECONDS each, one after another.
+#
+#   scripts/fuzz-campaign.sh [SECONDS=3600] [TARGET...]
+#
+# Each target starts from its kept corpus (fuzz/corpus/NAME) and its seeds; what it finds is
+# merged back into fuzz/corpus/NAME minimised (libFuzzer's -merge=1: the smallest set of
+# inputs with the same coverage), for the repository. A crash leaves its input in
+# fuzz/artifacts/NAME/: turn it into a regression test (a unit test where the bug was, and
+# the input into fuzz/regressions/NAME, which make test's short run replays and the campaign
+# starts from, but never minimises away), then fix it.
+# Prints, and appends to fuzz/campaign.tsv: date, commit, target, seconds, executions,
+# executions per second, coverage (libFuzzer's cov: edges; ft: features), corpus size,
+# crashes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_EACH=${1:-3600}
+shift || true
+ALL=$(sed -n 's/^ *name: "\([a-z_0-9]*\)",$/\1/p' crates/ordo-fuzz-targets/src/lib.rs)
+TARGETS=("$@")
+((${#TARGETS[@]})) || read -r -a TARGETS <<<"$(echo $ALL)"
+command -v cargo-fuzz >/dev/null || cargo install -q cargo-fuzz --locked
+cargo +nightly --version >/dev/null || { echo "fuzz-campaign: needs the nightly toolchain" >&2; exit 1; }
+
+WORK=$(mktemp -d /tmp/ordo-fuzz.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+cargo run -q --release -p ordo-fuzz-targets --bin fuzz-seeds "$WORK/seeds"
+TABLE=fuzz/campaign.tsv
+[[ -s $TABLE ]] || printf 'date\tcommit\ttarget\tseconds\texecutions\texec_per_s\tcov\tft\tcorpus\tcrashes\n' >"$TABLE"
+COMMIT=$(git rev-parse --short HEAD)
+FAILED=0
+cd fuzz
+for t in "${TARGETS[@]}"; do
+    mkdir -p "corpus/$t" "regressions/$t" "$WORK/new/$t" "artifacts/$t"
+    cargo +nightly fuzz build -a "$t" >/dev/null 2>&1 || { echo "fuzz-campaign: $t does not build" >&2; exit 1; }
+    crashes_before=$(ls "artifacts/$t" | wc -l)
+    log="$WORK/$t.log"
+    cargo +nightly fuzz run -a "$t" "$WORK/new/$t" "corpus/$t" "regressions/$t" "$WORK/seeds/$t" -- \
+        -max_total_time="$SECONDS_EACH" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 >"$log" 2>&1
+    crashes=$(($(ls "artifacts/$t" | wc -l) - crashes_before))
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    # Minimise: what was kept plus what was found, into a fresh folder that replaces it.
+    mkdir -p "$WORK/min/$t"
+    cargo +nightly fuzz run -a "$t" -- -merge=1 "$WORK/min/$t" "corpus/$t" "$WORK/new/$t" >/dev/null 2>&1
+    if [[ -n "$(ls "$WORK/min/$t")" ]]; then
+        rm -rf "corpus/$t"
+        mv "$WORK/min/$t" "corpus/$t"
+    fi
+    corpus=$(ls "corpus/$t" | wc -l)
+    row="$(date -u +%F)	$COMMIT	$t	$SECONDS_EACH	${execs:-?}	${rate:-?}	${cov:-?}	${ft:-?}	$corpus	$crashes"
+    echo "$row" >>"../$TABLE"
+    echo "$row"
+    if ((crashes > 0)); then
+        FAILED=1
+        echo "fuzz-campaign: $t crashed; inputs in fuzz/artifacts/$t; log:" >&2
+        grep -A30 -m1 -E 'panicked|ERROR: AddressSanitizer|ERROR: libFuzzer' "$log" >&2
+    fi
+done
+exit $FAILED
