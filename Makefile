@@ -50,12 +50,15 @@ lab-short: build
 	test -s lab/out/inversion/report.md && test -s lab/out/inversion/cores.svg
 	lab/lab.sh many-tunnels --short
 	test -s lab/out/many-tunnels/report.md && test -s lab/out/many-tunnels/tunnels.svg
+	lab/lab.sh soak --short
+	test -s lab/out/soak/report.md && test -s lab/out/soak/rss.svg
 
 lab: build
 	tests/install-deps.sh
 	lab/lab.sh many-clients
 	lab/lab.sh inversion
 	lab/lab.sh many-tunnels
+	lab/lab.sh soak
 
 # The suite without the ~130 s rekey test.
 interop-quick: build

@@ -8,6 +8,10 @@
 #                                       model with delivery at SCHED_FIFO, beside the normal ones
 #   lab/lab.sh many-tunnels [--short]   papers/003 figures 4, 8, 9: two gateways, 1 ... 16 tunnels
 #                                       with one TCP flow each, one tunnel with 1 ... 8 flows
+#   lab/lab.sh soak [--short]           issue 19: 1,000 clients for 30 minutes (LAB_SOAK_SECONDS)
+#                                       rekeying, a tenth roaming, peers added and removed every
+#                                       second; the server's RSS and descriptors each second;
+#                                       exits non-zero if a check is not met
 #
 # --short: tens of clients, a few seconds a point (what `make test` runs). LAB_IMPLS narrows the
 # implementations; LAB_OUT changes the output directory; LAB_COUNTS, LAB_TOTAL and LAB_ADDRS
@@ -17,7 +21,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 source "$ROOT/tests/interop/lib.sh"
-SCENARIO=${1:?usage: lab/lab.sh many-clients|inversion|many-tunnels [--short]}
+SCENARIO=${1:?usage: lab/lab.sh many-clients|inversion|many-tunnels|soak [--short]}
 SHORT=0
 [[ ${2:-} == --short ]] && SHORT=1
 OUT=${LAB_OUT:-$ROOT/lab/out/$SCENARIO}
@@ -82,6 +86,36 @@ EOF
         "$(python3 -c "import json;print(json.load(open('$report'))['up_gbit'])")" \
         "$(python3 -c "import json;print(json.load(open('$report'))['down_gbit'])")" \
         "$(python3 -c "import json;print(json.load(open('$report'))['round_trip']['p99_us'])")"
+}
+
+# ---- soak (issue 19) --------------------------------------------------------------------------
+
+# soak_sampler PID FILE: each second, the seconds elapsed, the server's RSS (kB), its open
+# descriptors and its peers, until it is killed.
+soak_sampler() {
+    local pid=$1 file=$2 start=$SECONDS
+    printf 't\trss_kb\tfds\tpeers\n' >"$file"
+    while kill -0 "$pid" 2>/dev/null; do
+        printf '%s\t%s\t%s\t%s\n' $((SECONDS - start)) "$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")" \
+            "$(ls "/proc/$pid/fd" | wc -l)" "$(ip netns exec "$NS_B" wg show "$IF_B" peers | wc -l)" >>"$file"
+        sleep 1
+    done
+}
+
+# soak_churn LOG: each second a new peer (a fresh key, a /32 of its own) added through the
+# UAPI, and the one added five seconds before removed, until it is killed.
+soak_churn() {
+    local log=$1 i=0 keys=()
+    while true; do
+        keys[i % 5]=$(pubkey "$(genkey)")
+        ip netns exec "$NS_B" wg set "$IF_B" peer "${keys[i % 5]}" allowed-ips "10.201.$((i / 250 % 250)).$((i % 250 + 1))/32"
+        i=$((i + 1))
+        if ((i >= 5)); then
+            ip netns exec "$NS_B" wg set "$IF_B" peer "${keys[i % 5]}" remove
+        fi
+        echo "$i" >"$log"
+        sleep 1
+    done
 }
 
 # ---- many tunnels (papers/003): source -> gw1 => T tunnels => gw2 -> drain --------------------
@@ -224,10 +258,29 @@ case $SCENARIO in
             teardown
         done
         ;;
+    soak)
+        # Short (make test): 100 clients for 140 s, so each rekeys once (REKEY_AFTER_TIME).
+        if ((SHORT)); then N=100; SECS=140; RATE=20; ROAM_EVERY=20; else N=1000; SECS=${LAB_SOAK_SECONDS:-1800}; RATE=10; ROAM_EVERY=60; fi
+        lab_server ordo "$N"
+        soak_sampler "$SERVER_PID" "$OUT/samples.tsv" &
+        SAMPLER=$!
+        soak_churn "$OUT/churn.log" &
+        CHURN=$!
+        point ordo "$N" soak --direction both --rate "$RATE" --probe-rate 2 --roam-share 0.1 \
+            --roam-every "$ROAM_EVERY" --duration "$SECS"
+        kill "$SAMPLER" "$CHURN" 2>/dev/null || true
+        wait "$SAMPLER" "$CHURN" 2>/dev/null || true
+        python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1]))["per_client"], open(sys.argv[2], "w"))' \
+            "$LOGDIR/report.json" "$OUT/clients.json"
+        teardown
+        ;;
     *)
-        echo "unknown scenario $SCENARIO (many-clients, inversion, many-tunnels)" >&2
+        echo "unknown scenario $SCENARIO (many-clients, inversion, many-tunnels, soak)" >&2
         exit 2
         ;;
 esac
 "$ORDO" lab report "$OUT" --scenario "$SCENARIO"
 echo "lab: $OUT/report.md"
+if grep "NOT met" "$OUT/report.md" >&2; then
+    exit 1
+fi

@@ -181,7 +181,8 @@ pub fn report(dir: &Path, scenario: &str) -> Result<()> {
         "many-clients" => many_clients(dir, &points)?,
         "inversion" => inversion(dir, &points)?,
         "many-tunnels" => many_tunnels(dir, &points)?,
-        _ => bail!("unknown scenario {scenario:?} (many-clients, inversion, many-tunnels)"),
+        "soak" => soak(dir, &points)?,
+        _ => bail!("unknown scenario {scenario:?} (many-clients, inversion, many-tunnels, soak)"),
     };
     std::fs::write(dir.join("report.md"), md)?;
     Ok(())
@@ -460,6 +461,209 @@ fn inversion(dir: &Path, points: &[Point]) -> Result<String> {
     Ok(md)
 }
 
+/// One sample of the soak's server, taken each second by lab/lab.sh.
+struct Sample {
+    seconds: f64,
+    rss_mb: f64,
+    fds: f64,
+    peers: f64,
+}
+
+fn load_samples(path: &Path) -> Result<Vec<Sample>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate().skip(1) {
+        let f: Vec<f64> = line.split('\t').map(|x| x.trim().parse().unwrap_or(f64::NAN)).collect();
+        if f.len() != 4 || f.iter().any(|x| x.is_nan()) {
+            bail!("{}:{}: want t, rss_kb, fds, peers", path.display(), n + 1);
+        }
+        out.push(Sample {
+            seconds: f[0],
+            rss_mb: f[1] / 1024.0,
+            fds: f[2],
+            peers: f[3],
+        });
+    }
+    if out.len() < 4 {
+        bail!("{}: too few samples ({})", path.display(), out.len());
+    }
+    Ok(out)
+}
+
+/// A line over time (linear axes).
+fn time_chart(file: &Path, title: &str, y_label: &str, pts: &[(f64, f64)]) -> Result<()> {
+    let root = SVGBackend::new(file, (720, 360)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let x_max = pts.iter().map(|p| p.0).fold(1.0f64, f64::max);
+    let y_max = pts.iter().map(|p| p.1).fold(1e-6f64, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
+    chart.configure_mesh().x_desc("seconds").y_desc(y_label).draw()?;
+    chart.draw_series(LineSeries::new(pts.to_vec(), Palette99::pick(0).stroke_width(2)))?;
+    root.present()?;
+    Ok(())
+}
+
+/// How long before the end a client's last round trip may be and still count as alive: the
+/// probes come at random (Poisson) twice a second, so a gap of 10 s has odds of e^-20.
+const ALIVE_WITHIN_S: f64 = 10.0;
+
+/// Drops a soak may show, and why: anything else is a check not met.
+const EXPLAINED_DROPS: [(&str, &str); 1] = [(
+    "drop_no_route",
+    "the server host's own packets into the interface for addresses no peer has (IPv6 router \
+     solicitations and multicast listener reports when the interface comes up)",
+)];
+
+/// The soak (issue 19): one long run of many clients against Ordo with rekeys, roaming and
+/// peer churn; the server's memory and descriptors sampled each second. Its checks end in
+/// "met" or "NOT met" lines, which lab/lab.sh turns into its exit status.
+fn soak(dir: &Path, points: &[Point]) -> Result<String> {
+    let p = points.first().context("no soak run")?;
+    let samples = load_samples(&dir.join("samples.tsv"))?;
+    let clients: Value = {
+        let path = dir.join("clients.json");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        serde_json::from_str(&text)?
+    };
+    let per_client = clients.as_array().context("clients.json holds no list")?;
+    let alive = per_client
+        .iter()
+        .filter(|c| c["last_round_trip_s"].as_f64().is_some_and(|s| s <= ALIVE_WITHIN_S))
+        .count();
+    let roams: u64 = per_client.iter().map(|c| c["roams"].as_u64().unwrap_or(0)).sum();
+    let roamers = per_client
+        .iter()
+        .filter(|c| c["roams"].as_u64().unwrap_or(0) > 0)
+        .count();
+    time_chart(
+        &dir.join("rss.svg"),
+        "Server memory (RSS) over the soak",
+        "MB",
+        &samples.iter().map(|s| (s.seconds, s.rss_mb)).collect::<Vec<_>>(),
+    )?;
+    time_chart(
+        &dir.join("fds.svg"),
+        "Server file descriptors over the soak",
+        "open descriptors",
+        &samples.iter().map(|s| (s.seconds, s.fds)).collect::<Vec<_>>(),
+    )?;
+    // Flat: the second half never above the first half's peak by more than a tenth (plus
+    // 2 MB of allocator slack); descriptors within the few a UAPI connection holds.
+    let half = samples.len() / 2;
+    let peak = |s: &[Sample]| s.iter().map(|x| x.rss_mb).fold(0.0, f64::max);
+    let (first, second) = (peak(&samples[..half]), peak(&samples[half..]));
+    let rss_flat = second <= first * 1.1 + 2.0;
+    let fds: Vec<f64> = samples.iter().map(|s| s.fds).collect();
+    let (fd_min, fd_max) = (
+        fds.iter().cloned().fold(f64::MAX, f64::min),
+        fds.iter().cloned().fold(0.0, f64::max),
+    );
+    let fds_flat = fd_max - fd_min <= 4.0;
+    let peers = samples.iter().map(|s| s.peers).fold(0.0, f64::max);
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    let n = p.clients as usize;
+    let mut md = String::from("# Lab: soak (issue 19)\n\n");
+    let _ = writeln!(
+        md,
+        "{n} clients (`ordo loadgen`) against Ordo for {:.0} s (`lab/lab.sh soak`): {} packets/s \
+         each way per client, round-trip probes (two a second per client), every client rekeying \
+         on its own timers, one in ten moving to another outer address and port every \
+         {} s, and a peer added and one removed through the UAPI every second (up to {peers:.0} \
+         peers at once). The server's RSS and open descriptors were sampled each second.\n",
+        p.f(&["seconds"]),
+        p.f(&["rate_per_client"]),
+        p.report["roam_every_s"]
+            .as_f64()
+            .map_or("?".into(), |s| format!("{s:.0}")),
+    );
+    md += "| | |\n|---|---|\n";
+    let _ = writeln!(
+        md,
+        "| clients with a round trip in the last {ALIVE_WITHIN_S:.0} s | {alive} of {n} |"
+    );
+    let _ = writeln!(md, "| roams | {roams} by {roamers} clients |");
+    let _ = writeln!(
+        md,
+        "| handshakes the server completed | {:.0} |",
+        p.counter("handshakes_completed")
+    );
+    let _ = writeln!(
+        md,
+        "| loss up / down | {:.4} / {:.4} |",
+        p.f(&["up_loss"]),
+        p.f(&["down_loss"])
+    );
+    let _ = writeln!(md, "| RSS: first / peak of the first half / of the second half / last | {:.1} / {first:.1} / {second:.1} / {:.1} MB |", samples[0].rss_mb, samples[samples.len() - 1].rss_mb);
+    let _ = writeln!(md, "| open descriptors: least / most | {fd_min:.0} / {fd_max:.0} |");
+    let drops: Vec<(String, f64)> = p
+        .server
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| (k.clone(), v.as_f64().unwrap_or(0.0)))
+                .filter(|(k, v)| k.starts_with("drop_") && *v > 0.0)
+                .collect()
+        })
+        .unwrap_or_default();
+    let listed: Vec<String> = drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let _ = writeln!(
+        md,
+        "| drops by reason | {} |",
+        if listed.is_empty() {
+            "none".into()
+        } else {
+            listed.join(", ")
+        }
+    );
+    let unexplained: Vec<&str> = drops
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| !EXPLAINED_DROPS.iter().any(|(e, _)| e == k))
+        .collect();
+    md += "\n![RSS](rss.svg)\n\n![descriptors](fds.svg)\n\n## Checks\n\n";
+    let _ = writeln!(
+        md,
+        "- every client exchanged traffic in the last {ALIVE_WITHIN_S:.0} s: {}",
+        verdict(alive == n)
+    );
+    let _ = writeln!(
+        md,
+        "- one client in ten roamed: {}",
+        verdict(roamers >= n / 10 && roamers > 0)
+    );
+    let _ = writeln!(
+        md,
+        "- every client rekeyed (the server completed at least two handshakes per client): {}",
+        verdict(p.counter("handshakes_completed") >= 2.0 * n as f64)
+    );
+    let _ = writeln!(
+        md,
+        "- RSS flat (second half's peak within 10% + 2 MB of the first's): {}",
+        verdict(rss_flat)
+    );
+    let _ = writeln!(md, "- descriptors flat (within 4): {}", verdict(fds_flat));
+    let _ = writeln!(
+        md,
+        "- drops only for the reasons explained below: {}{}",
+        verdict(unexplained.is_empty()),
+        if unexplained.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", unexplained.join(", "))
+        }
+    );
+    md += "\nDrops explained:\n\n";
+    for (k, why) in EXPLAINED_DROPS {
+        let _ = writeln!(md, "- `{k}`: {why}.");
+    }
+    Ok(md)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,6 +753,59 @@ mod tests {
         for f in ["tunnels.svg", "flows.svg", "cores.svg"] {
             assert!(std::fs::read_to_string(dir.join(f)).unwrap().starts_with("<svg"), "{f}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The soak's checks read what the run left: met with every client alive, flat memory
+    /// and explained drops; NOT met when a client went quiet, memory grew or a drop is
+    /// unexplained.
+    #[test]
+    fn soak_report_checks_liveness_memory_and_drops() {
+        let dir = std::env::temp_dir().join(format!("ordo-lab-soak-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |rss_growth: f64, quiet: bool, drop: &str| {
+            let point = serde_json::json!({
+                "impl": "ordo", "clients": 20, "kind": "soak",
+                "report": {"seconds": 140.0, "rate_per_client": 20, "roam_every_s": 20.0,
+                           "up_loss": 0.0, "down_loss": 0.0},
+                "server": {"handshakes_completed": 45, drop: 3, "drop_replay": 0}
+            });
+            std::fs::write(dir.join("results.jsonl"), format!("{point}\n")).unwrap();
+            let mut tsv = String::from("t\trss_kb\tfds\tpeers\n");
+            for t in 0..100 {
+                let rss = 50_000.0 + if t >= 50 { rss_growth * t as f64 } else { 0.0 };
+                tsv += &format!("{t}\t{rss}\t16\t25\n");
+            }
+            std::fs::write(dir.join("samples.tsv"), tsv).unwrap();
+            let clients: Vec<_> = (0..20)
+                .map(|i| {
+                    let last = if quiet && i == 7 { 30.0 } else { 0.4 };
+                    serde_json::json!({"client": i, "last_round_trip_s": last, "roams": (i % 10 == 9) as u64 * 7})
+                })
+                .collect();
+            std::fs::write(dir.join("clients.json"), serde_json::to_string(&clients).unwrap()).unwrap();
+            report(&dir, "soak").unwrap();
+            std::fs::read_to_string(dir.join("report.md")).unwrap()
+        };
+        let md = write(0.0, false, "drop_no_route");
+        assert!(!md.contains("NOT met"), "{md}");
+        assert!(
+            md.contains("| clients with a round trip in the last 10 s | 20 of 20 |"),
+            "{md}"
+        );
+        assert!(md.contains("| roams | 14 by 2 clients |"), "{md}");
+        assert!(std::fs::read_to_string(dir.join("rss.svg"))
+            .unwrap()
+            .starts_with("<svg"));
+        let md = write(0.0, true, "drop_no_route");
+        assert!(md.contains("exchanged traffic in the last 10 s: NOT met"), "{md}");
+        let md = write(200.0, false, "drop_no_route");
+        assert!(
+            md.contains("RSS flat (second half's peak within 10% + 2 MB of the first's): NOT met"),
+            "{md}"
+        );
+        let md = write(0.0, false, "drop_unknown_receiver");
+        assert!(md.contains("explained below: NOT met (drop_unknown_receiver)"), "{md}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -37,6 +37,8 @@ pub struct Plan {
     /// Round-trip probes per second per client beside a stream (latency under load; at most
     /// one outstanding per client; 0: none).
     pub probe_rate: u32,
+    /// How often a roaming client moves to another outer socket (None: no client roams).
+    pub roam_every: Option<Duration>,
 }
 
 /// Counters the main thread reads while the run goes on (for the progress bar).
@@ -67,6 +69,12 @@ pub struct Client {
     probing: bool,
     pub rr_done: u64,
     pub rr_lost: u64,
+    /// When the last round trip completed: the tunnel worked both ways then.
+    pub last_round_trip: Option<Instant>,
+    /// Outer source addresses this client moves between, if it roams (see [`Client::roam`]).
+    roam_binds: Vec<std::net::IpAddr>,
+    next_roam: Option<Instant>,
+    pub roams: u64,
 }
 
 impl Client {
@@ -108,7 +116,29 @@ impl Client {
             probing: false,
             rr_done: 0,
             rr_lost: 0,
+            last_round_trip: None,
+            roam_binds: Vec::new(),
+            next_roam: None,
+            roams: 0,
         })
+    }
+
+    /// Makes the client roam over `binds` (outer source addresses, used in turn; a new port
+    /// each time), as a device moving between networks does.
+    pub fn roaming(mut self, binds: Vec<std::net::IpAddr>) -> Client {
+        self.roam_binds = binds;
+        self
+    }
+
+    /// Moves to a new outer socket: the next address of its list, a new port. The server
+    /// learns the new endpoint from the next authenticated packet. Returns the old socket,
+    /// for the caller to take out of its poll set before it closes.
+    fn roam(&mut self) -> io::Result<UdpSocket> {
+        let ip = self.roam_binds[(self.roams as usize + 1) % self.roam_binds.len()];
+        let sock = UdpSocket::bind(SocketAddr::new(ip, 0))?;
+        sock.set_nonblocking(true)?;
+        self.roams += 1;
+        Ok(std::mem::replace(&mut self.sock, sock))
     }
 
     /// Seals and sends one packet of ours; staged if the session is not up yet.
@@ -161,6 +191,7 @@ impl Client {
                                 got += 1;
                             }
                             self.rr_done += 1;
+                            self.last_round_trip = Some(now);
                             rtt.record(wire::now_ns().saturating_sub(h.sent_ns));
                             self.outstanding = None;
                         }
@@ -220,6 +251,22 @@ fn probe(c: &mut Client, now: Instant, out: &mut [u8]) {
     c.send(&header(Kind::Request, c.id, c.seq, 0, 0), out, wire::MIN_PACKET);
 }
 
+/// Moves client `i` to a new socket and its poll registration with it; a client that cannot
+/// open one stays where it is.
+fn roam(ep: libc::c_int, c: &mut Client, i: usize) {
+    let Ok(old) = c.roam() else { return };
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: i as u64,
+    };
+    // SAFETY: a valid epoll descriptor and sockets we own (the old one still open); an event
+    // that outlives the calls.
+    unsafe {
+        libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, old.as_raw_fd(), std::ptr::null_mut());
+        libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, c.sock.as_raw_fd(), &mut ev);
+    }
+}
+
 /// Runs a share of the clients until the phase is STOP.
 pub fn worker(mut clients: Vec<Client>, plan: Plan, phase: &AtomicU8, live: &Live, seed: u64) -> WorkerResult {
     // SAFETY: epoll_create1 has no memory arguments.
@@ -268,8 +315,15 @@ pub fn worker(mut clients: Vec<Client>, plan: Plan, phase: &AtomicU8, live: &Liv
         } else if p != HANDSHAKE && started.is_none() {
             started = Some((now, thread_cpu_seconds()));
             hellos = true; // the downloads' hellos go at once
+            let roamers = clients.iter().filter(|c| !c.roam_binds.is_empty()).count().max(1);
+            let mut k = 0;
             for (i, c) in clients.iter_mut().enumerate() {
                 c.next_hello = now;
+                if let (Some(every), false) = (plan.roam_every, c.roam_binds.is_empty()) {
+                    // Spread over the interval, so the server sees a steady trickle of moves.
+                    c.next_roam = Some(now + every.mul_f64((k as f64 + 1.0) / roamers as f64));
+                    k += 1;
+                }
                 if plan.up_rate > 0 || plan.rr {
                     // Spread the first sends over one gap so clients do not start in step.
                     let first = gap(plan.up_rate.max(1), true, &mut rng).min(Duration::from_secs(1));
@@ -361,10 +415,14 @@ pub fn worker(mut clients: Vec<Client>, plan: Plan, phase: &AtomicU8, live: &Liv
         if last_tick.elapsed() >= Duration::from_millis(100) {
             last_tick = Instant::now();
             let mut up = 0;
-            for c in &mut clients {
+            for (i, c) in clients.iter_mut().enumerate() {
                 let was = c.up;
                 c.tick(last_tick);
                 up += (c.up && !was) as u64;
+                if p == TRAFFIC && c.next_roam.is_some_and(|t| t <= last_tick) {
+                    c.next_roam = plan.roam_every.map(|every| last_tick + every);
+                    roam(ep, c, i);
+                }
             }
             live.up.fetch_add(up, Ordering::Relaxed);
         }

@@ -120,6 +120,12 @@ pub struct RunArgs {
     /// Seconds of traffic.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
+    /// Share of the clients that roam: every --roam-every seconds each moves to a new outer
+    /// socket (the next --bind address, a new port), spread over the interval.
+    #[arg(long, default_value_t = 0.0)]
+    pub roam_share: f64,
+    #[arg(long, default_value_t = 30.0)]
+    pub roam_every: f64,
     /// Seconds to wait for every handshake.
     #[arg(long, default_value_t = 30.0)]
     pub handshake_timeout: f64,
@@ -168,6 +174,11 @@ pub struct ClientResult {
     pub up_mbit: f64,
     pub down_mbit: f64,
     pub rr_done: u64,
+    /// Seconds between the client's last completed round trip and the end of the traffic
+    /// (None: none completed): with probes, whether its tunnel still worked at the end.
+    pub last_round_trip_s: Option<f64>,
+    /// Times it moved to another outer socket.
+    pub roams: u64,
 }
 
 #[derive(Serialize, Debug)]
@@ -180,6 +191,9 @@ pub struct Report {
     pub rate_per_client: u32,
     /// Round-trip probes per second per client beside the stream (0: none).
     pub probe_rate_per_client: u32,
+    /// Share of the clients that roamed, and how often each moved.
+    pub roam_share: f64,
+    pub roam_every_s: f64,
     pub size: usize,
     pub seconds: f64,
     pub up_gbit: f64,
@@ -218,6 +232,9 @@ fn check(a: &RunArgs) -> Result<()> {
     }
     if !(a.duration > 0.0 && a.duration <= 86_400.0) {
         bail!("--duration must be more than 0 and at most 86400 seconds");
+    }
+    if !((0.0..=1.0).contains(&a.roam_share) && (0.1..=86_400.0).contains(&a.roam_every)) {
+        bail!("--roam-share must be 0 to 1 and --roam-every 0.1 to 86400 seconds");
     }
     if let Some(b) = a
         .bind
@@ -345,10 +362,21 @@ pub fn run(a: &RunArgs) -> Result<Report> {
             b => b,
         };
         let bind = SocketAddr::new(bind, 0);
-        clients.push(
-            Client::new(i as u32, k, server_pub, a.server, bind, flow, a.size)
-                .with_context(|| format!("client {i}: cannot open its socket on {bind}"))?,
-        );
+        let client = Client::new(i as u32, k, server_pub, a.server, bind, flow, a.size)
+            .with_context(|| format!("client {i}: cannot open its socket on {bind}"))?;
+        // Every (1 / share)-th client roams, over the bind addresses from its own on.
+        let roams = a.roam_share > 0.0 && (i as f64 * a.roam_share).floor() != ((i + 1) as f64 * a.roam_share).floor();
+        clients.push(if roams {
+            let binds = (0..a.bind.len())
+                .map(|k| match a.bind[(i + k) % a.bind.len()] {
+                    b if b.is_unspecified() => bind.ip(),
+                    b => b,
+                })
+                .collect();
+            client.roaming(binds)
+        } else {
+            client
+        });
     }
     let sink = a.sink_netns.as_deref().map(SinkChild::start).transpose()?;
     let plan = Plan {
@@ -366,6 +394,7 @@ pub fn run(a: &RunArgs) -> Result<Report> {
         poisson: a.poisson,
         rr: a.rr,
         probe_rate: a.probe_rate,
+        roam_every: (a.roam_share > 0.0).then(|| Duration::from_secs_f64(a.roam_every)),
     };
     let phase = Arc::new(AtomicU8::new(HANDSHAKE));
     let live = Arc::new(Live::default());
@@ -438,7 +467,8 @@ pub fn run(a: &RunArgs) -> Result<Report> {
     if interrupted.load(Ordering::SeqCst) {
         bail!("interrupted");
     }
-    let mut r = report(a, handshake_seconds, seconds, results, sink_report?);
+    let ended = traffic + Duration::from_secs_f64(seconds);
+    let mut r = report(a, handshake_seconds, seconds, ended, results, sink_report?);
     r.machine_cpu = machine_cpu;
     r.server_cores = server_cores;
     Ok(r)
@@ -453,6 +483,7 @@ fn report(
     a: &RunArgs,
     handshake_seconds: f64,
     seconds: f64,
+    ended: Instant,
     results: Vec<client::WorkerResult>,
     sink: Option<sink::SinkReport>,
 ) -> Report {
@@ -493,6 +524,10 @@ fn report(
                 up_mbit: sink_bytes as f64 * 8.0 / seconds / 1e6,
                 down_mbit: c.rx_bytes as f64 * 8.0 / seconds / 1e6,
                 rr_done: c.rr_done,
+                last_round_trip_s: c
+                    .last_round_trip
+                    .map(|t| ended.saturating_duration_since(t).as_secs_f64()),
+                roams: c.roams,
             });
         }
     }
@@ -547,6 +582,8 @@ fn report(
         rr: a.rr,
         rate_per_client: a.rate,
         probe_rate_per_client: a.probe_rate,
+        roam_share: a.roam_share,
+        roam_every_s: a.roam_every,
         size: a.size,
         seconds,
         up_gbit: up_bytes as f64 * 8.0 / seconds / 1e9,
