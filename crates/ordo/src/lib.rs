@@ -16,6 +16,7 @@
 //! - [`quick`]: `ordo up` / `ordo down`, wg-quick's behaviour.
 //! - [`netconf`]: addresses, routes and rules over rtnetlink.
 //! - [`daemon`]: running as `ordo IFNAME`: detaching, readiness, dropping privileges.
+//! - [`secret_text`]: text with keys in it, never left behind in freed memory.
 //! - [`show`]: `ordo show`.
 //! - [`bench`]: `ordo bench`, the data plane on in-memory I/O.
 
@@ -34,6 +35,7 @@ pub mod placement;
 pub mod plane;
 pub mod port;
 pub mod quick;
+pub mod secret_text;
 pub mod show;
 pub mod threads;
 pub mod uapi;

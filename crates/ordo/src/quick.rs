@@ -6,6 +6,7 @@ use crate::config::wgquick::{self, Table, WgQuickConfig};
 use crate::daemon::{self, privileges::Privileges};
 use crate::netconf::Netlink;
 use crate::placement::model::PlaneConfig;
+use crate::secret_text::SecretText;
 use crate::uapi::client;
 use anyhow::{bail, Context, Result};
 use std::fmt::Write;
@@ -96,10 +97,11 @@ fn run_hooks(hooks: &[String], ifname: &str) -> Result<()> {
 }
 
 /// The UAPI `set` request that configures the interface as the file says.
-fn set_request(cfg: &WgQuickConfig, fwmark: Option<u32>) -> Result<Zeroizing<String>> {
+fn set_request(cfg: &WgQuickConfig, fwmark: Option<u32>) -> Result<SecretText> {
     let i = &cfg.interface;
     // It carries the private and pre-shared keys: erased when dropped.
-    let mut s = Zeroizing::new(String::from("set=1\n"));
+    let mut s = SecretText::new();
+    s.push_str("set=1\n");
     if let Some(k) = &i.private_key {
         let _ = writeln!(s, "private_key={}", k.to_hex().as_str());
     }
@@ -131,7 +133,7 @@ fn set_request(cfg: &WgQuickConfig, fwmark: Option<u32>) -> Result<Zeroizing<Str
             let _ = writeln!(s, "allowed_ip={a}");
         }
     }
-    s.push('\n');
+    s.push_str("\n");
     Ok(s)
 }
 
@@ -173,7 +175,7 @@ fn configure(cfg: &WgQuickConfig, ifname: &str) -> Result<()> {
         (_, true) => Some(DEFAULT_ROUTE_TABLE),
         (m, false) => m,
     };
-    client::request(ifname, &set_request(cfg, fwmark)?).with_context(|| format!("configuring {ifname}"))?;
+    client::request(ifname, set_request(cfg, fwmark)?.as_str()).with_context(|| format!("configuring {ifname}"))?;
     let nl = Netlink::open()?;
     let idx = nl.link_index(ifname)?;
     for a in &i.addresses {

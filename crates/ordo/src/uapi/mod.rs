@@ -6,10 +6,11 @@ pub mod protocol;
 
 use crate::device::Device;
 use crate::placement::model::Model;
-use ordo_proto::{DropReason, PeerId};
+use crate::secret_text::{SecretReader, SecretText};
+use ordo_proto::{DropReason, PeerId, PresharedKey};
 use protocol::{AllowedIpChange, DeviceView, Operation, PeerView, SetPlan, UapiError};
 use std::collections::HashMap;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -125,7 +126,9 @@ fn held_bytes(capacity: usize) -> usize {
     capacity.max(1) + std::mem::size_of::<String>()
 }
 
-fn read_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<Option<String>> {
+/// Reads one line into `buf` (which holds MAX_LINE + 1 bytes, so it never grows and leaves no
+/// copy behind) and returns it in a string of its own length, which grows no more either.
+fn read_line<R: BufRead>(r: &mut R, buf: &mut Zeroizing<Vec<u8>>) -> io::Result<Option<String>> {
     buf.clear();
     let n = io::Read::take(&mut *r, MAX_LINE as u64 + 1).read_until(b'\n', buf)?;
     if n == 0 {
@@ -137,10 +140,15 @@ fn read_line<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<Option<Stri
             "line too long or unterminated",
         ));
     }
-    buf.pop();
-    String::from_utf8(std::mem::take(buf))
-        .map(Some)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
+    let line = std::str::from_utf8(&buf[..n - 1])
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))?
+        .to_owned();
+    Ok(Some(line))
+}
+
+/// The buffer [`read_line`] reads into: room for the longest line, wiped when dropped.
+fn line_buffer() -> Zeroizing<Vec<u8>> {
+    Zeroizing::new(Vec::with_capacity(MAX_LINE + 1))
 }
 
 /// One request as read from a connection.
@@ -154,7 +162,7 @@ enum Request {
 }
 
 /// Reads one request: an operation line, key=value lines, and the blank line that ends it.
-fn read_request<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<Request> {
+fn read_request<R: BufRead>(r: &mut R, buf: &mut Zeroizing<Vec<u8>>) -> io::Result<Request> {
     let Some(first) = read_line(r, buf)? else {
         return Ok(Request::Closed);
     };
@@ -181,9 +189,13 @@ fn read_request<R: BufRead>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<Request>
 /// Handles requests on one connection until it closes. wg sends one request per connection;
 /// others may send several.
 fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
-    let mut reader = BufReader::new(conn.try_clone()?);
-    let mut out = conn;
-    let mut buf = Vec::new();
+    serve_requests(device, SecretReader::new(conn.try_clone()?), conn)
+}
+
+/// Answers the requests read from `reader` on `out` until the reader ends. Request and reply
+/// carry keys: read through a wiped buffer into lines that are wiped, built in [`SecretText`].
+pub fn serve_requests(device: &Arc<Device>, mut reader: impl BufRead, mut out: impl Write) -> io::Result<()> {
+    let mut buf = line_buffer();
     loop {
         let (op, lines) = match read_request(&mut reader, &mut buf)? {
             Request::Closed => return Ok(()),
@@ -193,29 +205,41 @@ fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
             }
             Request::Op(op, lines) => (op, lines),
         };
-        let reply: Zeroizing<String> = Zeroizing::new(match op {
+        let reply = match op {
             Operation::Get | Operation::OrdoGet if !lines.is_empty() => {
-                format!("errno=-{}\n\n", protocol::EINVAL)
+                plain(format!("errno=-{}\n\n", protocol::EINVAL))
             }
-            Operation::Get => format!("{}errno=0\n\n", protocol::format_get(&view(device)).as_str()),
-            Operation::OrdoGet => format!(
-                "{}{}{}errno=0\n\n",
-                protocol::format_get(&view(device)).as_str(),
-                ordo_counter_lines(device),
-                placement_lines(device)
-            ),
+            Operation::Get => {
+                let mut r = protocol::format_get(&view(device));
+                r.push_str("errno=0\n\n");
+                r
+            }
+            Operation::OrdoGet => {
+                let mut r = protocol::format_get(&view(device));
+                r.push_str(&ordo_counter_lines(device));
+                r.push_str(&placement_lines(device));
+                r.push_str("errno=0\n\n");
+                r
+            }
             Operation::Set => {
                 match protocol::parse_set(lines.iter().map(String::as_str)).and_then(|p| apply(device, p)) {
-                    Ok(()) => "errno=0\n\n".to_string(),
+                    Ok(()) => plain("errno=0\n\n".into()),
                     Err(e) => {
                         eprintln!("ordo[{}]: UAPI set refused: {}", device.name, e.message);
-                        format!("errno=-{}\n\n", e.errno)
+                        plain(format!("errno=-{}\n\n", e.errno))
                     }
                 }
             }
-        });
-        out.write_all(reply.as_bytes())?;
+        };
+        out.write_all(reply.as_str().as_bytes())?;
     }
+}
+
+/// A reply with no secret in it, as [`SecretText`] for one type of reply.
+fn plain(text: String) -> SecretText {
+    let mut t = SecretText::new();
+    t.push_str(&text);
+    t
 }
 
 /// What `get` reports. The core's lock, which forwarding needs too, is held only to copy
@@ -230,7 +254,7 @@ fn view(device: &Device) -> DeviceView {
             .map(|(id, p)| {
                 let view = PeerView {
                     public_key: p.public_key,
-                    preshared_key: p.preshared_key().clone(),
+                    preshared_key: Box::new(p.preshared_key().clone()),
                     endpoint: p.endpoint,
                     last_handshake: p.last_handshake,
                     tx_bytes: p.tx_bytes,
@@ -393,7 +417,7 @@ pub fn apply(device: &Arc<Device>, plan: SetPlan) -> Result<(), UapiError> {
     if plan.replace_peers {
         core.remove_all_peers();
     }
-    for p in plan.peers {
+    for p in &plan.peers {
         let existing = core.peer_id(&p.public_key);
         if p.remove {
             if let Some(id) = existing {
@@ -408,8 +432,9 @@ pub fn apply(device: &Arc<Device>, plan: SetPlan) -> Result<(), UapiError> {
         let Some(id) = existing.or_else(|| core.add_peer(p.public_key)) else {
             continue;
         };
-        if let Some(psk) = p.preshared_key {
-            core.set_preshared_key(id, psk);
+        if let Some(psk) = &p.preshared_key {
+            // A copy, not a move out of the box: a box moved out of is freed unwiped.
+            core.set_preshared_key(id, PresharedKey::clone(psk));
         }
         if let Some(e) = p.endpoint {
             core.set_endpoint(id, e);
@@ -417,11 +442,11 @@ pub fn apply(device: &Arc<Device>, plan: SetPlan) -> Result<(), UapiError> {
         if p.replace_allowed_ips {
             core.clear_allowed_ips(id);
         }
-        for change in p.allowed_ips {
+        for change in &p.allowed_ips {
             match change {
-                AllowedIpChange::Add(net) => core.add_allowed_ip(id, net),
+                AllowedIpChange::Add(net) => core.add_allowed_ip(id, *net),
                 AllowedIpChange::Remove(net) => {
-                    core.remove_allowed_ip(id, net);
+                    core.remove_allowed_ip(id, *net);
                 }
             }
         }
@@ -438,7 +463,7 @@ mod tests {
     use std::io::Cursor;
 
     fn read(input: &[u8]) -> Request {
-        read_request(&mut Cursor::new(input.to_vec()), &mut Vec::new()).unwrap()
+        read_request(&mut Cursor::new(input.to_vec()), &mut line_buffer()).unwrap()
     }
 
     #[test]
@@ -510,7 +535,7 @@ mod tests {
         assert!(matches!(read(&big), Request::Refused));
         let long_line = [b"set=1\n".as_slice(), &vec![b'a'; MAX_LINE + 10], b"\n\n"].concat();
         assert!(
-            read_request(&mut Cursor::new(long_line), &mut Vec::new()).is_err(),
+            read_request(&mut Cursor::new(long_line), &mut line_buffer()).is_err(),
             "a line over 4 KiB is an error"
         );
     }

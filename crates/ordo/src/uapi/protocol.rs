@@ -2,6 +2,7 @@
 //! request carries, parsed into a plan before anything is applied, so a request with a bad
 //! line changes nothing. Errors carry the errno the protocol replies with.
 
+use crate::secret_text::SecretText;
 use ipnet::IpNet;
 use ordo_proto::{PresharedKey, PrivateKey, PublicKey};
 use std::net::SocketAddr;
@@ -63,7 +64,9 @@ pub struct PeerPlan {
     pub public_key: PublicKey,
     pub remove: bool,
     pub update_only: bool,
-    pub preshared_key: Option<PresharedKey>,
+    /// Boxed, like every key a plan or a view holds in a `Vec`: the `Vec` moves its items when
+    /// it grows and frees the old buffer as it is, but a box moves only its pointer.
+    pub preshared_key: Option<Box<PresharedKey>>,
     pub endpoint: Option<SocketAddr>,
     pub persistent_keepalive: Option<u16>,
     pub replace_allowed_ips: bool,
@@ -157,10 +160,10 @@ pub fn parse_set<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<SetPlan
                 "remove" => peer.remove = parse_bool_true(n, key, value)?,
                 "update_only" => peer.update_only = parse_bool_true(n, key, value)?,
                 "preshared_key" => {
-                    peer.preshared_key = Some(
-                        PresharedKey::from_hex(value)
-                            .map_err(|_| UapiError::invalid(n, "preshared_key must be 64 lower-case hex digits"))?,
-                    )
+                    peer.preshared_key =
+                        Some(Box::new(PresharedKey::from_hex(value).map_err(|_| {
+                            UapiError::invalid(n, "preshared_key must be 64 lower-case hex digits")
+                        })?))
                 }
                 "endpoint" => {
                     peer.endpoint = Some(value.parse().map_err(|_| {
@@ -188,7 +191,8 @@ pub fn parse_set<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<SetPlan
 /// One peer as a `get` reply shows it.
 pub struct PeerView {
     pub public_key: PublicKey,
-    pub preshared_key: PresharedKey,
+    /// Boxed: see [`PeerPlan::preshared_key`].
+    pub preshared_key: Box<PresharedKey>,
     pub endpoint: Option<SocketAddr>,
     pub last_handshake: Option<std::time::SystemTime>,
     pub tx_bytes: u64,
@@ -206,10 +210,10 @@ pub struct DeviceView {
 }
 
 /// Formats a `get` reply body (without the final errno line).
-pub fn format_get(d: &DeviceView) -> zeroize::Zeroizing<String> {
+pub fn format_get(d: &DeviceView) -> SecretText {
     use std::fmt::Write;
-    // It carries the private key: erased when dropped.
-    let mut s = zeroize::Zeroizing::new(String::new());
+    // It carries the private key: no copy left behind as it grows, erased when dropped.
+    let mut s = SecretText::new();
     if let Some(k) = &d.private_key {
         let _ = writeln!(s, "private_key={}", k.to_hex().as_str());
     }
@@ -318,7 +322,7 @@ mod tests {
             fwmark: 7,
             peers: vec![PeerView {
                 public_key: PublicKey::from_hex(K2).unwrap(),
-                preshared_key: PresharedKey::default(),
+                preshared_key: Box::default(),
                 endpoint: Some("[::1]:9".parse().unwrap()),
                 last_handshake: Some(std::time::UNIX_EPOCH + std::time::Duration::new(5, 6)),
                 tx_bytes: 1,
