@@ -370,8 +370,15 @@ t_default_route() {
     ip netns exec "$NS_A" ip rule | grep "not from all fwmark 0xca6c lookup 51820" >/dev/null || fail "no fwmark rule: $(ip netns exec "$NS_A" ip rule)"
     [[ $(wg show "$IF_A" fwmark) == 0xca6c ]] || fail "the tunnel's packets are not marked"
     ping_ok "$NS_A" 10.200.0.1 || fail "ping through the default route"
+    # CVE-2019-14899: B, on A's outer network, sends to A's tunnel address over the veth
+    # (not through the tunnel): wg-quick's nftables rule drops it.
+    ip netns exec "$NS_A" nft list table ip "wg-quick-$IF_A" | grep "fib saddr type != local drop" >/dev/null \
+        || fail "no nftables guard: $(ip netns exec "$NS_A" nft list ruleset)"
+    ip -n "$NS_B" route add "$IN_A/32" via "$OUT_A" dev veth-b
+    ip netns exec "$NS_B" ping -q -c 2 -W 1 "$IN_A" >/dev/null && fail "A's tunnel address answered from the outside"
     ip netns exec "$NS_A" "$ORDO" down "$conf" || fail "ordo down"
     ! ip netns exec "$NS_A" ip rule | grep 51820 >/dev/null || fail "rules left behind"
+    ! ip netns exec "$NS_A" nft list tables | grep "wg-quick-$IF_A" >/dev/null || fail "nftables table left behind"
 }
 
 # The daemon keeps only CAP_NET_ADMIN and CAP_NET_BIND_SERVICE once running.
@@ -804,6 +811,86 @@ t_syncconf_churn() {
     ! grep -i "panic" "$LOGDIR/$IF_A.log" >/dev/null || fail "a panic: $(cat "$LOGDIR/$IF_A.log")"
 }
 
+# The peer's daemon gone (every datagram to it answered by ICMP port unreachable) while A
+# keeps sending, then back with the same key and port: A runs on, counts nothing as
+# delivered meanwhile, and the tunnel carries traffic again within a handshake.
+t_peer_gone_and_back() {
+    tunnel ordo ordo
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    local pid_a pid_b
+    pid_a=$(pgrep -o -f -- "--foreground .*$IF_A\$")
+    pid_b=$(pgrep -o -f -- "--foreground .*$IF_B\$")
+    kill "$pid_b"
+    gone_within "$pid_b" 3 || fail "B did not stop"
+    ip netns exec "$NS_A" ping -q -c 20 -i 0.1 -W 1 "$IN_B" >/dev/null 2>&1 && fail "pings answered with B gone"
+    kill -0 "$pid_a" || fail "A exited while B was gone"
+    start_impl ordo "$NS_B" "$IF_B"
+    configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "$OUT_A:$PORT_A" "$IN_A/32,$IN6_A/128"
+    inner_addresses "$NS_B" "$IF_B" "$IN_B" "$IN6_B"
+    ping_ok "$NS_A" "$IN_B" 3 15 || fail "no traffic once B is back"
+    ! grep -i "panic" "$LOGDIR/$IF_A.log" >/dev/null || fail "a panic: $(cat "$LOGDIR/$IF_A.log")"
+}
+
+# mem_cgroup NAME LIMIT_BYTES: a memory cgroup (v2, or v1's memory controller) with a hard
+# limit; prints its folder.
+mem_cgroup() {
+    local dir
+    if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+        grep -w memory /sys/fs/cgroup/cgroup.subtree_control >/dev/null || echo +memory >/sys/fs/cgroup/cgroup.subtree_control
+        dir=/sys/fs/cgroup/$1
+        mkdir -p "$dir"
+        echo "$2" >"$dir/memory.max"
+        echo 0 >"$dir/memory.swap.max" 2>/dev/null || true
+    else
+        dir=/sys/fs/cgroup/memory/$1
+        mkdir -p "$dir"
+        echo "$2" >"$dir/memory.limit_in_bytes"
+    fi
+    echo "$dir"
+}
+
+# mem_cgroup_figure DIR oom_kills|peak: what the kernel counted in the cgroup.
+mem_cgroup_figure() {
+    case $2 in
+        oom_kills) { cat "$1/memory.events" "$1/memory.oom_control" 2>/dev/null || true; } | awk '$1 == "oom_kill" {print $2}' ;;
+        peak) { cat "$1/memory.peak" "$1/memory.max_usage_in_bytes" 2>/dev/null || true; } | sed -n 1p ;;
+    esac
+}
+
+# A memory limit on A's daemon (its resident size at rest plus 48 MiB) while a flood of TCP
+# both ways, UDP bursts and junk datagrams goes at it: its queues and tables are bounded, so
+# the kernel never kills it, and it carries traffic after.
+t_memory_limit() {
+    tunnel ordo ordo
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    local pid rss_kb cg
+    pid=$(pgrep -o -f -- "--foreground .*$IF_A\$")
+    rss_kb=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
+    cg=$(mem_cgroup "ordo-interop-$$" $(((rss_kb + 48 * 1024) * 1024)))
+    echo "$pid" >"$cg/cgroup.procs"
+    ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
+    for _ in $(seq 50); do ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break; sleep 0.1; done
+    ip netns exec "$NS_A" iperf3 -c "$IN_B" -t 6 -P 8 --bidir >/dev/null 2>&1 &
+    local flow=$!
+    ip netns exec "$NS_A" iperf3 -s -p 5202 -1 >/dev/null 2>&1 &
+    for _ in $(seq 50); do ip netns exec "$NS_A" ss -ltn | grep ':5202 ' >/dev/null && break; sleep 0.1; done
+    ip netns exec "$NS_B" iperf3 -c "$IN_A" -p 5202 -u -b 2G -l 1400 -t 5 >/dev/null 2>&1 &
+    local udp=$!
+    ip netns exec "$NS_B" "$ORDO" loadgen flood --server "$OUT_A:$PORT_A" --kind random --rate 20000 \
+        --duration 5 >/dev/null 2>&1 || true
+    wait "$flow" "$udp" || true
+    local kills peak
+    kills=$(mem_cgroup_figure "$cg" oom_kills)
+    peak=$(mem_cgroup_figure "$cg" peak)
+    log "    resident at rest $((rss_kb / 1024)) MiB, limit +48 MiB, peak in the cgroup $((peak / 1048576)) MiB, OOM kills ${kills:-0}"
+    kill -0 "$pid" 2>/dev/null || fail "the daemon was killed"
+    [[ ${kills:-0} == 0 ]] || fail "$kills OOM kills"
+    ping_ok "$NS_A" "$IN_B" || fail "no traffic after the flood"
+    kill "$pid"
+    gone_within "$pid" 3 || true
+    rmdir "$cg" 2>/dev/null || true
+}
+
 # ---- floods (short versions of scripts/flood.sh) ---------------------------------------------
 
 # Ordo in A as a server for FLOOD_CLIENTS + 1 load-generator clients (the last one is the
@@ -941,6 +1028,8 @@ run_test "sigterm_under_load" t_sigterm_under_load
 run_test "tun_deleted_under_load" t_tun_deleted_under_load
 run_test "outer_address_removed" t_outer_address_removed
 run_test "syncconf_churn" t_syncconf_churn
+run_test "peer_gone_and_back" t_peer_gone_and_back
+run_test "memory_limit" t_memory_limit
 run_test "flood_handshake" t_flood_handshake
 run_test "flood_random" t_flood_random
 run_test "flood_replay" t_flood_replay

@@ -15,6 +15,7 @@
 //! - [`config`]: wg-quick files.
 //! - [`quick`]: `ordo up` / `ordo down`, wg-quick's behaviour.
 //! - [`netconf`]: addresses, routes and rules over rtnetlink.
+//! - [`firewall`]: wg-quick's nftables rules for a default route.
 //! - [`daemon`]: running as `ordo IFNAME`: detaching, readiness, dropping privileges.
 //! - [`secret_text`]: text with keys in it, never left behind in freed memory.
 //! - [`show`]: `ordo show`.
@@ -24,6 +25,7 @@ pub mod bench;
 pub mod config;
 pub mod daemon;
 pub mod device;
+pub mod firewall;
 pub mod host;
 pub mod inner;
 pub mod lab;

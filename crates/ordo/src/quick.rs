@@ -4,6 +4,7 @@
 
 use crate::config::wgquick::{self, Table, WgQuickConfig};
 use crate::daemon::{self, privileges::Privileges};
+use crate::firewall::{self, Family};
 use crate::netconf::Netlink;
 use crate::placement::model::PlaneConfig;
 use crate::secret_text::SecretText;
@@ -152,6 +153,7 @@ pub fn up(arg: &str, privileges: &Privileges) -> Result<()> {
     let result = configure(&cfg, &ifname);
     if result.is_err() {
         // Leave nothing half-configured behind.
+        firewall::remove(&ifname);
         if let Ok(nl) = Netlink::open() {
             if let Ok(idx) = nl.link_index(&ifname) {
                 let _ = nl.delete_link(idx);
@@ -198,6 +200,16 @@ fn configure(cfg: &WgQuickConfig, ifname: &str) -> Result<()> {
                 if net.addr().is_ipv4() {
                     let _ = std::fs::write("/proc/sys/net/ipv4/conf/all/src_valid_mark", "1");
                 }
+                let family = if net.addr().is_ipv4() { Family::Ip } else { Family::Ip6 };
+                if firewall::available() {
+                    firewall::add(ifname, family, &i.addresses, mark)?;
+                } else {
+                    eprintln!(
+                        "ordo: warning: no nft program: the tunnel's address is not guarded against packets \
+                         from other interfaces (CVE-2019-14899) and strict rp_filter may drop replies \
+                         (apt install nftables)"
+                    );
+                }
             } else {
                 nl.add_route(idx, net, table)?;
             }
@@ -215,6 +227,7 @@ pub fn down(arg: &str) -> Result<()> {
     let idx = nl.link_index(&ifname).with_context(|| format!("{ifname} is not up"))?;
     let mark = cfg.interface.fwmark.filter(|m| *m != 0).unwrap_or(DEFAULT_ROUTE_TABLE);
     nl.delete_default_route_rules(mark)?;
+    firewall::remove(&ifname);
     nl.delete_link(idx)?;
     // The daemon notices the interface is gone and exits; its socket goes with it.
     for _ in 0..50 {
