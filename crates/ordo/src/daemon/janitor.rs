@@ -76,7 +76,7 @@ fn wait_for_end_of_file(pipe: &mut impl Read) {
     }
 }
 
-/// Removes `path` if it is still the file the daemon bound; true if it did.
+/// Removes `path` if it is still the file the daemon bound.
 fn remove_if_same(path: &Path, identity: FileIdentity) -> Result<()> {
     match FileIdentity::of(path) {
         Ok(now) if now == identity => {

@@ -94,7 +94,8 @@ fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
 pub const PANIC_EXIT: i32 = 70;
 
 /// Makes a panic in any thread end the whole process, with the panic's message, after
-/// removing `uapi_path`. Without it a panic ends only its own thread: a worker or a queue
+/// removing `uapi_path` (which fails once privileges are dropped: then the janitor removes
+/// it as the process ends). Without it a panic ends only its own thread: a worker or a queue
 /// thread gone leaves the daemon half alive (a lane that never delivers, a queue nobody
 /// reads) where a supervisor would see it running. `_exit`, not `exit`: the other threads
 /// may hold locks that exit's handlers (stdout's flush) would wait on.
