@@ -102,11 +102,12 @@ soak_sampler() {
     done
 }
 
-# soak_churn LOG: each second a new peer (a fresh key, a /32 of its own) added through the
-# UAPI, and the one added five seconds before removed, until it is killed.
+# soak_churn PID LOG: each second a new peer (a fresh key, a /32 of its own) added through the
+# UAPI, and the one added five seconds before removed, until it is killed or the server PID
+# is gone.
 soak_churn() {
-    local log=$1 i=0 keys=()
-    while true; do
+    local pid=$1 log=$2 i=0 keys=()
+    while kill -0 "$pid" 2>/dev/null; do
         keys[i % 5]=$(pubkey "$(genkey)")
         ip netns exec "$NS_B" wg set "$IF_B" peer "${keys[i % 5]}" allowed-ips "10.201.$((i / 250 % 250)).$((i % 250 + 1))/32"
         i=$((i + 1))
@@ -264,7 +265,7 @@ case $SCENARIO in
         lab_server ordo "$N"
         soak_sampler "$SERVER_PID" "$OUT/samples.tsv" &
         SAMPLER=$!
-        soak_churn "$OUT/churn.log" &
+        soak_churn "$SERVER_PID" "$OUT/churn.log" &
         CHURN=$!
         point ordo "$N" soak --direction both --rate "$RATE" --probe-rate 2 --roam-share 0.1 \
             --roam-every "$ROAM_EVERY" --duration "$SECS"
