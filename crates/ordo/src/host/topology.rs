@@ -11,19 +11,24 @@ use std::path::Path;
 /// A set of CPU numbers, kept sorted.
 pub type Cpus = Vec<usize>;
 
+/// CPUs a `cpu_set_t` holds (glibc's CPU_SETSIZE): pinning takes no CPU beyond it.
+pub const MAX_CPUS: usize = 1024;
+
 /// Parses a kernel CPU list such as `0-3,8,10-11` (also the syntax of the `Cores` setting).
+/// CPU numbers are bounded, not range widths: any list that parses formats
+/// ([`format_cpu_list`]) to one that parses to the same set.
 pub fn parse_cpu_list(s: &str) -> Result<Cpus, String> {
     let mut set = BTreeSet::new();
     for part in s.trim().split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let num = |x: &str| {
-            x.trim()
-                .parse::<usize>()
-                .map_err(|_| format!("{x:?} is not a CPU number"))
+        let num = |x: &str| match x.trim().parse::<usize>() {
+            Ok(n) if n < MAX_CPUS => Ok(n),
+            Ok(_) => Err(format!("CPU {x:?} is beyond the {MAX_CPUS} a CPU set holds")),
+            Err(_) => Err(format!("{x:?} is not a CPU number")),
         };
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (num(a)?, num(b)?);
-                if a > b || b - a > 4096 {
+                if a > b {
                     return Err(format!("bad CPU range {part:?}"));
                 }
                 set.extend(a..=b);
@@ -170,6 +175,18 @@ pub fn pin_thread(tid: i32, cpus: &[usize]) -> io::Result<()> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// Found by the cpu_list fuzz target: `0-4000,4001-4376` parsed (each range under the
+    /// old width limit) but formatted as `0-4376`, which did not; a daemon given it in
+    /// `Cores` would have passed on a list its child refuses. CPU numbers are bounded now.
+    #[test]
+    fn every_list_that_parses_formats_to_one_that_parses() {
+        assert!(parse_cpu_list("0-1000,1001-1023").is_ok());
+        let all = parse_cpu_list("0-1000,1001-1023").unwrap();
+        assert_eq!(parse_cpu_list(&format_cpu_list(&all)), Ok(all));
+        assert!(parse_cpu_list("0-4000,4001-4376").unwrap_err().contains("beyond"));
+        assert!(parse_cpu_list("1024").is_err());
+    }
 
     #[test]
     fn cpu_lists_parse_and_format() {
