@@ -30,7 +30,7 @@ impl Family {
         }
     }
 
-    fn of(net: &IpNet) -> Family {
+    pub fn of(net: &IpNet) -> Family {
         match net {
             IpNet::V4(_) => Family::Ip,
             IpNet::V6(_) => Family::Ip6,

@@ -200,7 +200,7 @@ fn configure(cfg: &WgQuickConfig, ifname: &str) -> Result<()> {
                 if net.addr().is_ipv4() {
                     let _ = std::fs::write("/proc/sys/net/ipv4/conf/all/src_valid_mark", "1");
                 }
-                let family = if net.addr().is_ipv4() { Family::Ip } else { Family::Ip6 };
+                let family = Family::of(&net);
                 if firewall::available() {
                     firewall::add(ifname, family, &i.addresses, mark)?;
                 } else {
