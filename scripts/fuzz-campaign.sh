@@ -6,6 +6,11 @@
 #
 #   scripts/fuzz-campaign.sh [SECONDS=3600] [TARGET...]
 #
+# A target stops at SECONDS or when its executions recorded in fuzz/campaign.tsv reach
+# FUZZ_GOAL (10^8 by default, the goal of issue 19), whichever comes first, so the campaign
+# can be run again and again until every target has its 10^8; a target past its goal is
+# skipped (FUZZ_GOAL=0 runs it anyway). FUZZ_SANITIZER=none|address overrides the sanitizer.
+#
 # Each target starts from its kept corpus (fuzz/corpus/NAME) and its seeds; what it finds is
 # merged back into fuzz/corpus/NAME minimised (libFuzzer's -merge=1: the smallest set of
 # inputs with the same coverage), for the repository. A crash leaves its input in
@@ -33,15 +38,30 @@ TABLE=fuzz/campaign.tsv
 COMMIT=$(git rev-parse --short HEAD)
 FAILED=0
 cd fuzz
-sanitizer() { case $1 in tun_read | tun_write | ip_headers) echo address ;; *) echo none ;; esac; }
+sanitizer() {
+    if [[ -n ${FUZZ_SANITIZER:-} ]]; then echo "$FUZZ_SANITIZER"; return; fi
+    case $1 in tun_read | tun_write | ip_headers) echo address ;; *) echo none ;; esac
+}
+GOAL=${FUZZ_GOAL:-100000000}
+# The executions fuzz/campaign.tsv records for target $1 (unknown counts as none).
+recorded() { awk -F'\t' -v t="$1" 'NR > 1 && $3 == t && $6 ~ /^[0-9]+$/ { n += $6 } END { printf "%d", n }' "../$TABLE"; }
 for t in "${TARGETS[@]}"; do
     san=$(sanitizer "$t")
+    runs=()
+    if ((GOAL > 0)); then
+        left=$((GOAL - $(recorded "$t")))
+        if ((left <= 0)); then
+            echo "fuzz-campaign: $t already has $(recorded "$t") executions recorded (goal $GOAL); skipped"
+            continue
+        fi
+        runs=(-runs="$left")
+    fi
     mkdir -p "corpus/$t" "regressions/$t" "$WORK/new/$t" "artifacts/$t"
     cargo +nightly fuzz build -a -s "$san" "$t" >/dev/null 2>&1 || { echo "fuzz-campaign: $t does not build" >&2; exit 1; }
     crashes_before=$(ls "artifacts/$t" | wc -l)
     log="$WORK/$t.log"
     cargo +nightly fuzz run -a -s "$san" "$t" "$WORK/new/$t" "corpus/$t" "regressions/$t" "$WORK/seeds/$t" -- \
-        -max_total_time="$SECONDS_EACH" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 >"$log" 2>&1
+        -max_total_time="$SECONDS_EACH" "${runs[@]}" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 >"$log" 2>&1
     crashes=$(($(ls "artifacts/$t" | wc -l) - crashes_before))
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
@@ -55,7 +75,8 @@ for t in "${TARGETS[@]}"; do
         mv "$WORK/min/$t" "corpus/$t"
     fi
     corpus=$(ls "corpus/$t" | wc -l)
-    row="$(date -u +%F)	$COMMIT	$t	$san	$SECONDS_EACH	${execs:-?}	${rate:-?}	${cov:-?}	${ft:-?}	$corpus	$crashes"
+    took=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
+    row="$(date -u +%F)	$COMMIT	$t	$san	${took:-$SECONDS_EACH}	${execs:-?}	${rate:-?}	${cov:-?}	${ft:-?}	$corpus	$crashes"
     echo "$row" >>"../$TABLE"
     echo "$row"
     if ((crashes > 0)); then
@@ -64,4 +85,6 @@ for t in "${TARGETS[@]}"; do
         grep -A30 -m1 -E 'panicked|ERROR: AddressSanitizer|ERROR: libFuzzer' "$log" >&2
     fi
 done
+echo "fuzz-campaign: executions recorded per target (goal $GOAL):"
+for t in $ALL; do printf '  %-20s %12d\n' "$t" "$(recorded "$t")"; done
 exit $FAILED
