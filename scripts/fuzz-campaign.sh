@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The fuzz campaign: every target of crates/ordo-fuzz-targets under libFuzzer (cargo-fuzz,
-# nightly toolchain, debug assertions on), SECONDS each, one after another. The packet targets
+# nightly toolchain, debug assertions and overflow checks on but in the curve arithmetic:
+# fuzz/Cargo.toml and scripts/fuzz-rustc.sh say why), SECONDS each, one after another. The packet targets
 # run under AddressSanitizer (the checksum's AVX2 path is unsafe code); the others reach only
 # safe Rust, where ASan finds nothing and costs several times the executions.
 #
@@ -38,6 +39,9 @@ TABLE=fuzz/campaign.tsv
 COMMIT=$(git rev-parse --short HEAD)
 FAILED=0
 cd fuzz
+# -O: cargo-fuzz's release build without its blanket -Cdebug-assertions, so that the profile
+# in fuzz/Cargo.toml decides, crate by crate.
+export RUSTC_WRAPPER=$PWD/../scripts/fuzz-rustc.sh
 sanitizer() {
     if [[ -n ${FUZZ_SANITIZER:-} ]]; then echo "$FUZZ_SANITIZER"; return; fi
     case $1 in tun_read | tun_write | ip_headers) echo address ;; *) echo none ;; esac
@@ -57,10 +61,10 @@ for t in "${TARGETS[@]}"; do
         runs=(-runs="$left")
     fi
     mkdir -p "corpus/$t" "regressions/$t" "$WORK/new/$t" "artifacts/$t"
-    cargo +nightly fuzz build -a -s "$san" "$t" >/dev/null 2>&1 || { echo "fuzz-campaign: $t does not build" >&2; exit 1; }
+    cargo +nightly fuzz build -O -s "$san" "$t" >/dev/null 2>&1 || { echo "fuzz-campaign: $t does not build" >&2; exit 1; }
     crashes_before=$(ls "artifacts/$t" | wc -l)
     log="$WORK/$t.log"
-    cargo +nightly fuzz run -a -s "$san" "$t" "$WORK/new/$t" "corpus/$t" "regressions/$t" "$WORK/seeds/$t" -- \
+    cargo +nightly fuzz run -O -s "$san" "$t" "$WORK/new/$t" "corpus/$t" "regressions/$t" "$WORK/seeds/$t" -- \
         -max_total_time="$SECONDS_EACH" "${runs[@]}" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 >"$log" 2>&1
     crashes=$(($(ls "artifacts/$t" | wc -l) - crashes_before))
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
@@ -69,7 +73,7 @@ for t in "${TARGETS[@]}"; do
     ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
     # Minimise: what was kept plus what was found, into a fresh folder that replaces it.
     mkdir -p "$WORK/min/$t"
-    cargo +nightly fuzz run -a -s "$san" "$t" -- -merge=1 "$WORK/min/$t" "corpus/$t" "$WORK/new/$t" >/dev/null 2>&1
+    cargo +nightly fuzz run -O -s "$san" "$t" -- -merge=1 "$WORK/min/$t" "corpus/$t" "$WORK/new/$t" >/dev/null 2>&1
     if [[ -n "$(ls "$WORK/min/$t")" ]]; then
         rm -rf "corpus/$t"
         mv "$WORK/min/$t" "corpus/$t"
