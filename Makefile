@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build demo test lint unit interop interop-quick loadgen lab-short lab bench fuzz fuzz-campaign clean
+.PHONY: all build demo test lint unit interop interop-quick stack loadgen lab-short lab bench fuzz fuzz-campaign clean
 
 all: build
 
@@ -15,16 +15,17 @@ demo: build
 	scripts/demo.sh
 
 ## make test: formatting, lints, unit tests, the interop suite against real peers (in every
-## execution model), the load generator against each implementation, and a short run of each
-## lab scenario (report and figures built end to end).
-test: lint unit interop loadgen lab-short
+## execution model), programs through Ordo's own TCP/IP stack (`ordo run`, unprivileged), the
+## load generator against each implementation, and a short run of each lab scenario (report
+## and figures built end to end).
+test: lint unit interop stack loadgen lab-short
 
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 	@# Under pipefail, `cmd | grep -q` fails at random: grep quits at the first match and a
 	@# writer that flushes per line (ip, ss) dies of SIGPIPE. Pipes end in `grep ... >/dev/null`.
-	@! grep -nE '\| *(grep -[a-zA-Z]*q|head)' tests/*.sh tests/interop/*.sh lab/*.sh scripts/*.sh .ci/run \
+	@! grep -nE '\| *(grep -[a-zA-Z]*q|head)' tests/*.sh tests/interop/*.sh tests/stack/*.sh lab/*.sh scripts/*.sh .ci/run \
 		|| { echo 'lint: a pipe into grep -q or head (see the Makefile comment)'; exit 1; }
 
 unit:
@@ -34,6 +35,11 @@ unit:
 interop: build
 	tests/install-deps.sh
 	tests/interop/interop.sh
+
+# Unmodified programs through `ordo run` (no root, no TUN) against a peer with TUN.
+stack: build
+	tests/install-deps.sh
+	tests/stack/stack.sh wireguard-go
 
 # The load generator: 24 clients against Ordo, wireguard-go and boringtun, then 8 clients
 # rekeying on their own timers (130 s).

@@ -37,6 +37,7 @@ pub mod placement;
 pub mod plane;
 pub mod port;
 pub mod quick;
+pub mod run;
 pub mod secret_text;
 pub mod show;
 pub mod threads;

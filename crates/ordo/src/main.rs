@@ -5,6 +5,7 @@
 //!      [--cores L] [--io-cores L] IFNAME               # userspace WireGuard, as wg-quick expects
 //! ordo up [--keep-privileges | --user U] CONFIG|NAME   # wg-quick up, with Ordo
 //! ordo down CONFIG|NAME                                # wg-quick down
+//! ordo run -c CONFIG -- CMD [ARGS...]                # CMD uses the tunnel: no root, no TUN
 //! ordo show [IFNAME] [--json]                          # wg show, plus Ordo's counters
 //! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
 //! ordo bench [--model M] [--peers N] [--size B] [--workers T]  # the data plane in memory
@@ -47,6 +48,16 @@ enum Command {
     },
     /// Take down an interface brought up with `ordo up`.
     Down { config: String },
+    /// Run a program whose connections to the tunnel's addresses go through a private
+    /// interface made from a wg-quick file, with Ordo's own TCP/IP stack: no root, no TUN.
+    Run {
+        /// The wg-quick file (Address is the program's address in the tunnel).
+        #[arg(short = 'c', long)]
+        config: std::path::PathBuf,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Show interfaces as `wg show` does, with Ordo's counters.
     Show {
         ifname: Option<String>,
@@ -197,6 +208,10 @@ fn run(cli: Cli) -> Result<()> {
             user,
         } => quick::up(&config, &Privileges::from_flags(keep_privileges, user)),
         Command::Down { config } => quick::down(&config),
+        Command::Run { config, command } => {
+            let code = ordo::run::run(&config, &command)?;
+            std::process::exit(code);
+        }
         Command::Show { ifname, json } => {
             let names = match ifname {
                 Some(n) => vec![n],

@@ -98,7 +98,7 @@ fn run_hooks(hooks: &[String], ifname: &str) -> Result<()> {
 }
 
 /// The UAPI `set` request that configures the interface as the file says.
-fn set_request(cfg: &WgQuickConfig, fwmark: Option<u32>) -> Result<SecretText> {
+pub fn set_request(cfg: &WgQuickConfig, fwmark: Option<u32>) -> Result<SecretText> {
     let i = &cfg.interface;
     // It carries the private and pre-shared keys: erased when dropped.
     let mut s = SecretText::new();

@@ -1,10 +1,14 @@
 //! The device: where the data plane is composed with its ports and its threads. Ordo's
-//! interface is the plane over a TUN device (`inner::tun`) and kernel UDP sockets
-//! (`outer::udp`), in the execution model chosen for the interface (`placement::model`), with
+//! interface is the plane over a TUN device (`inner::tun`) or Ordo's own TCP/IP stack
+//! (`inner::stack`, see [`inner`]) and kernel UDP sockets (`outer::udp`), in the execution model chosen for the interface (`placement::model`), with
 //! the threads of `crate::threads` reading the ports and one thread for the timers and the
 //! placement. Everything below knows nothing of the device; the device alone knows which
 //! backends it put together, for the controls only they have (the listen port, the fwmark).
 
+pub mod inner;
+
+use crate::inner::stack::link::Wires;
+use crate::inner::stack::StackPort;
 use crate::inner::tun::TunPort;
 use crate::outer::udp::UdpPort;
 use crate::placement::model::{Model, Plan, PlaneConfig};
@@ -19,7 +23,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The data plane of an Ordo interface.
-pub type KernelPlane = DataPlane<TunPort, UdpPort>;
+pub type KernelPlane = DataPlane<InnerSide, UdpPort>;
+
+use inner::InnerSide;
 
 pub struct Device {
     pub name: String,
@@ -36,15 +42,27 @@ impl Device {
     /// as many queues as the execution model wants.
     pub fn create(name: &str, config: &PlaneConfig) -> io::Result<Arc<Device>> {
         let plan = Plan::new(config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let queues = plan.queues.len();
-        let tun = TunPort::create(name, queues)?;
-        let udp = UdpPort::bind(0, 0, queues)?;
+        let tun = TunPort::create(name, plan.queues.len())?;
+        Device::compose(name, plan, InnerSide::Tun(tun))
+    }
+
+    /// An interface whose inner side is Ordo's own TCP/IP stack: no TUN device, nothing that
+    /// needs a privilege. Returns the wires the stack's service runs on
+    /// (`inner::stack::service::Service::start`).
+    pub fn create_stack(name: &str, config: &PlaneConfig, mtu: usize) -> io::Result<(Arc<Device>, Arc<Wires>)> {
+        let plan = Plan::new(config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let (stack, wires) = StackPort::new(plan.queues.len(), mtu)?;
+        Ok((Device::compose(name, plan, InnerSide::Stack(stack))?, wires))
+    }
+
+    fn compose(name: &str, plan: Plan, inner: InnerSide) -> io::Result<Arc<Device>> {
+        let udp = UdpPort::bind(0, 0, plan.queues.len())?;
         let now = Instant::now();
         let mut core = Interface::new(now);
-        core.set_mtu(tun.mtu().unwrap_or(1420));
+        core.set_mtu(inner.mtu().unwrap_or(1420));
         Ok(Arc::new(Device {
             name: name.to_string(),
-            plane: DataPlane::new(core, tun, udp, plan),
+            plane: DataPlane::new(core, inner, udp, plan),
             fwmark: Mutex::new(0),
             stop: Arc::new(Stop::default()),
             uapi_path: Mutex::new(None),
@@ -124,6 +142,9 @@ impl Device {
 
     /// Wakes the threads that wait on the ports or the pools, so that they see the stop.
     fn wake_threads(&self) {
+        if let InnerSide::Stack(stack) = &self.plane.inner {
+            stack.close();
+        }
         self.plane.outer.shutdown();
         self.plane.stop();
     }

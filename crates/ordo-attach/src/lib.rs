@@ -1,0 +1,298 @@
+//! The attach protocol: how an application's preload library asks a stack interface (an Ordo
+//! interface whose inner side is its own TCP/IP stack) for a connection through the tunnel.
+//!
+//! The application keeps real kernel descriptors. To connect a socket through the tunnel the
+//! library makes a Unix socket pair, sends one end to the service with a [`Request`] over a
+//! fresh connection to the service's attach socket (SCM_RIGHTS beside the request's bytes),
+//! and puts the other end in place of the application's descriptor. The bytes of the
+//! connection then flow through that pair, and the service relays them to and from its
+//! TCP/IP stack; poll, epoll, select, dup and fork keep their kernel semantics, and the
+//! descriptor itself is the capability to the connection: nobody else holds it.
+//!
+//! Messages have a fixed size and layout (little-endian), so that both sides decode them
+//! without allocating, and any bytes decode to a message or to an error, never a panic (the
+//! service reads them from applications it does not trust).
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// The environment variable naming the attach socket, set by `ordo run` for the program.
+pub const ENV_SOCKET: &str = "ORDO_ATTACH";
+/// The environment variable listing the networks reached through the tunnel (comma
+/// separated, `ADDR/PREFIX`), set by `ordo run` for the program.
+pub const ENV_ROUTES: &str = "ORDO_ATTACH_ROUTES";
+
+const MAGIC: [u8; 4] = *b"ORDA";
+/// The protocol's version: a service refuses requests of another.
+pub const VERSION: u8 = 1;
+
+/// Bytes of an encoded [`Request`].
+pub const REQUEST_LEN: usize = 28;
+/// Bytes of an encoded [`Reply`].
+pub const REPLY_LEN: usize = 48;
+
+/// What an application asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Connect a TCP stream to the address; the request carries the application's end of a
+    /// socket pair, which becomes the stream.
+    ConnectTcp,
+}
+
+impl Op {
+    fn code(self) -> u8 {
+        match self {
+            Op::ConnectTcp => 1,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<Op> {
+        match c {
+            1 => Some(Op::ConnectTcp),
+            _ => None,
+        }
+    }
+}
+
+/// A request from the library to the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    pub op: Op,
+    /// Where to connect.
+    pub addr: SocketAddr,
+}
+
+/// The service's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    /// 0, or the errno the application's call returns (ECONNREFUSED, ETIMEDOUT, ENETUNREACH...).
+    pub errno: i32,
+    /// The connection's local address in the tunnel (getsockname), when it has one.
+    pub local: Option<SocketAddr>,
+    /// The connection's remote address (getpeername), when it has one.
+    pub remote: Option<SocketAddr>,
+}
+
+/// Why bytes are not a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    Length,
+    Magic,
+    Version(u8),
+    Op(u8),
+    Family(u8),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Length => write!(f, "wrong length"),
+            DecodeError::Magic => write!(f, "not an attach message"),
+            DecodeError::Version(v) => write!(f, "protocol version {v}, expected {VERSION}"),
+            DecodeError::Op(o) => write!(f, "unknown operation {o}"),
+            DecodeError::Family(x) => write!(f, "unknown address family {x}"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// An address as 19 bytes: family (0 none, 4, 6), port, 16 address bytes (IPv4 in the first 4).
+fn put_addr(out: &mut [u8], a: Option<SocketAddr>) {
+    out[..19].fill(0);
+    let Some(a) = a else { return };
+    out[1..3].copy_from_slice(&a.port().to_le_bytes());
+    match a.ip() {
+        IpAddr::V4(ip) => {
+            out[0] = 4;
+            out[3..7].copy_from_slice(&ip.octets());
+        }
+        IpAddr::V6(ip) => {
+            out[0] = 6;
+            out[3..19].copy_from_slice(&ip.octets());
+        }
+    }
+}
+
+fn get_addr(b: &[u8]) -> Result<Option<SocketAddr>, DecodeError> {
+    let port = u16::from_le_bytes([b[1], b[2]]);
+    let mut o = [0u8; 16];
+    o.copy_from_slice(&b[3..19]);
+    let ip = match b[0] {
+        0 => return Ok(None),
+        4 => IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], o[3])),
+        6 => IpAddr::V6(Ipv6Addr::from(o)),
+        f => return Err(DecodeError::Family(f)),
+    };
+    Ok(Some(SocketAddr::new(ip, port)))
+}
+
+fn check_header(b: &[u8], len: usize) -> Result<(), DecodeError> {
+    if b.len() != len {
+        return Err(DecodeError::Length);
+    }
+    if b[..4] != MAGIC {
+        return Err(DecodeError::Magic);
+    }
+    if b[4] != VERSION {
+        return Err(DecodeError::Version(b[4]));
+    }
+    Ok(())
+}
+
+impl Request {
+    pub fn encode(&self) -> [u8; REQUEST_LEN] {
+        let mut b = [0u8; REQUEST_LEN];
+        b[..4].copy_from_slice(&MAGIC);
+        b[4] = VERSION;
+        b[5] = self.op.code();
+        put_addr(&mut b[6..25], Some(self.addr));
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Request, DecodeError> {
+        check_header(b, REQUEST_LEN)?;
+        let op = Op::from_code(b[5]).ok_or(DecodeError::Op(b[5]))?;
+        let addr = get_addr(&b[6..25])?.ok_or(DecodeError::Family(0))?;
+        Ok(Request { op, addr })
+    }
+}
+
+impl Reply {
+    pub fn encode(&self) -> [u8; REPLY_LEN] {
+        let mut b = [0u8; REPLY_LEN];
+        b[..4].copy_from_slice(&MAGIC);
+        b[4] = VERSION;
+        b[5..9].copy_from_slice(&self.errno.to_le_bytes());
+        put_addr(&mut b[9..28], self.local);
+        put_addr(&mut b[28..47], self.remote);
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Reply, DecodeError> {
+        check_header(b, REPLY_LEN)?;
+        Ok(Reply {
+            errno: i32::from_le_bytes([b[5], b[6], b[7], b[8]]),
+            local: get_addr(&b[9..28])?,
+            remote: get_addr(&b[28..47])?,
+        })
+    }
+}
+
+/// A network reached through the tunnel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl Route {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let bits = u32::from(self.prefix.min(32));
+                let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let bits = u32::from(self.prefix.min(128));
+                let mask = if bits == 0 { 0 } else { u128::MAX << (128 - bits) };
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Parses [`ENV_ROUTES`]: `ADDR/PREFIX` items separated by commas; an item that does not
+/// parse is skipped (the library must not fail an application over its environment).
+pub fn parse_routes(s: &str) -> Vec<Route> {
+    s.split(',')
+        .filter_map(|item| {
+            let (addr, prefix) = item.trim().split_once('/')?;
+            let addr: IpAddr = addr.parse().ok()?;
+            let prefix: u8 = prefix.parse().ok()?;
+            let max = if addr.is_ipv4() { 32 } else { 128 };
+            (prefix <= max).then_some(Route { addr, prefix })
+        })
+        .collect()
+}
+
+/// Formats routes as [`parse_routes`] reads them.
+pub fn format_routes(routes: &[Route]) -> String {
+    let items: Vec<String> = routes.iter().map(|r| format!("{}/{}", r.addr, r.prefix)).collect();
+    items.join(",")
+}
+
+/// Whether a connection to `ip` goes through the tunnel: inside one of the routes, and not
+/// loopback (which always stays with the kernel, whatever the routes say).
+pub fn through_tunnel(routes: &[Route], ip: IpAddr) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    };
+    !ip.is_loopback() && !ip.is_unspecified() && routes.iter().any(|r| r.contains(ip))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        for addr in ["10.0.0.2:80", "[fd00::2]:443"] {
+            let r = Request {
+                op: Op::ConnectTcp,
+                addr: addr.parse().unwrap(),
+            };
+            assert_eq!(Request::decode(&r.encode()), Ok(r));
+        }
+        let reply = Reply {
+            errno: 111,
+            local: Some("10.0.0.1:40000".parse().unwrap()),
+            remote: None,
+        };
+        assert_eq!(Reply::decode(&reply.encode()), Ok(reply));
+    }
+
+    #[test]
+    fn bad_bytes_are_errors() {
+        let good = Request {
+            op: Op::ConnectTcp,
+            addr: "10.0.0.2:80".parse().unwrap(),
+        }
+        .encode();
+        assert_eq!(Request::decode(&good[..10]), Err(DecodeError::Length));
+        let mut b = good;
+        b[0] = b'X';
+        assert_eq!(Request::decode(&b), Err(DecodeError::Magic));
+        let mut b = good;
+        b[4] = 9;
+        assert_eq!(Request::decode(&b), Err(DecodeError::Version(9)));
+        let mut b = good;
+        b[5] = 77;
+        assert_eq!(Request::decode(&b), Err(DecodeError::Op(77)));
+        let mut b = good;
+        b[6] = 5;
+        assert_eq!(Request::decode(&b), Err(DecodeError::Family(5)));
+        let mut b = good;
+        b[6] = 0;
+        assert_eq!(Request::decode(&b), Err(DecodeError::Family(0)));
+    }
+
+    #[test]
+    fn routes_decide_what_goes_through_the_tunnel() {
+        let routes = parse_routes("10.99.0.0/24, fd99::/64,bogus,1.2.3.4/33,0.0.0.0/0x");
+        assert_eq!(routes.len(), 2);
+        assert_eq!(parse_routes(&format_routes(&routes)), routes);
+        assert!(through_tunnel(&routes, "10.99.0.2".parse().unwrap()));
+        assert!(through_tunnel(&routes, "::ffff:10.99.0.2".parse().unwrap()));
+        assert!(through_tunnel(&routes, "fd99::2".parse().unwrap()));
+        assert!(!through_tunnel(&routes, "10.77.0.2".parse().unwrap()));
+        let all = parse_routes("0.0.0.0/0,::/0");
+        assert!(through_tunnel(&all, "192.0.2.1".parse().unwrap()));
+        assert!(!through_tunnel(&all, "127.0.0.1".parse().unwrap()));
+        assert!(!through_tunnel(&all, "::1".parse().unwrap()));
+        assert!(!through_tunnel(&all, "0.0.0.0".parse().unwrap()));
+    }
+}

@@ -1,0 +1,133 @@
+//! Talking to the service: one fresh connection to its attach socket per request, so that a
+//! forked child and its parent never share a conversation.
+
+use crate::real;
+use ordo_attach::{Reply, Request, REPLY_LEN};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+/// A Unix stream socket pair, close-on-exec.
+pub fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: socketpair succeeded: both are open descriptors that nothing else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sends `request` and the descriptor `pass` to the service at `socket`; waits for its reply.
+pub fn ask(socket: &Path, request: &Request, pass: RawFd) -> io::Result<Reply> {
+    // SAFETY: plain socket(2).
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor socket(2) just returned, owned by nobody else.
+    let control = unsafe { OwnedFd::from_raw_fd(raw) };
+    connect_unix(control.as_raw_fd(), socket)?;
+    send_with_fd(control.as_raw_fd(), &request.encode(), pass)?;
+    let mut buf = [0u8; REPLY_LEN];
+    read_exact(control.as_raw_fd(), &mut buf)?;
+    Reply::decode(&buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+fn connect_unix(fd: RawFd, path: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: sockaddr_un is plain data for which all zeros is valid.
+    let mut sun: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= sun.sun_path.len() {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    for (d, s) in sun.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    loop {
+        // SAFETY: `sun` is a valid sockaddr_un of `len` bytes. The C library's connect, not
+        // ours: a Unix socket is never the tunnel's, and our hook must not see its own calls.
+        if unsafe { real::connect(fd, (&sun as *const libc::sockaddr_un).cast(), len) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn send_with_fd(fd: RawFd, bytes: &[u8], pass: RawFd) -> io::Result<()> {
+    // Room for one descriptor's control message, aligned as cmsghdr wants.
+    let mut control = [0u64; 4];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: msghdr is plain data for which all zeros is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE only computes a size.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    debug_assert!(msg.msg_controllen <= std::mem::size_of_val(&control));
+    // SAFETY: msg_control points to `control`, large enough for one cmsghdr with one
+    // descriptor (msg_controllen says so); CMSG_FIRSTHDR and CMSG_DATA stay inside it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), pass);
+    }
+    loop {
+        // SAFETY: `msg` describes `bytes` and the control buffer, both alive for the call.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        if n == bytes.len() as isize {
+            return Ok(());
+        }
+        if n >= 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "short request"));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn read_exact(fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: reading into the unfilled rest of `buf`.
+        let n = unsafe { libc::recv(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
+        match n {
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the service closed the request",
+                ))
+            }
+            n if n > 0 => got += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}

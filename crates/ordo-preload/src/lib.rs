@@ -1,0 +1,321 @@
+//! The preload library: loaded into an unmodified program (`LD_PRELOAD`, as `ordo run` does),
+//! it sends the program's connections to tunnel destinations to Ordo's user-space TCP/IP
+//! stack, and leaves everything else to the kernel.
+//!
+//! How (the attach protocol, `ordo_attach`): the program's socket stays a kernel socket until
+//! it connects. A `connect` to an address inside the tunnel's routes hands one end of a Unix
+//! socket pair to the service, which connects through its stack, and puts the other end in
+//! place of the program's descriptor (dup3, same number, same flags). From then on it is a
+//! real kernel descriptor, so read, write, send, recv, poll, epoll, select, dup, fork and
+//! close need no hook. Without the service's settings in the environment every hook is the C
+//! library's own call.
+//!
+//! Rules every hook keeps: a program's call reaches the C library unchanged unless it is
+//! about the tunnel; no panic crosses into C (each hook catches and answers EIO); the C
+//! library's functions are called through `real`, never through our own exported names.
+
+mod addr;
+mod attach;
+mod real;
+mod sockets;
+
+use libc::{c_int, sockaddr, socklen_t};
+use ordo_attach::{Op, Request, Route};
+use std::os::fd::{AsRawFd, IntoRawFd};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// Where the service listens and what goes through the tunnel, from the environment.
+struct Settings {
+    socket: PathBuf,
+    routes: Vec<Route>,
+}
+
+fn settings() -> Option<&'static Settings> {
+    static SETTINGS: OnceLock<Option<Settings>> = OnceLock::new();
+    SETTINGS
+        .get_or_init(|| {
+            let socket = PathBuf::from(std::env::var_os(ordo_attach::ENV_SOCKET)?);
+            let routes = ordo_attach::parse_routes(&std::env::var(ordo_attach::ENV_ROUTES).unwrap_or_default());
+            Some(Settings { socket, routes })
+        })
+        .as_ref()
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Runs a hook's body; a panic becomes EIO instead of unwinding into C.
+fn guarded(body: impl FnOnce() -> c_int) -> c_int {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(r) => r,
+        Err(_) => {
+            set_errno(libc::EIO);
+            -1
+        }
+    }
+}
+
+fn socket_type(fd: c_int) -> Option<c_int> {
+    let mut ty: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: `ty` and `len` are valid for getsockopt's int option.
+    let r = unsafe {
+        real::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut ty as *mut c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(ty)
+}
+
+fn socket_family(fd: c_int) -> Option<c_int> {
+    let mut family: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: as above.
+    let r = unsafe {
+        real::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            (&mut family as *mut c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(family)
+}
+
+/// connect(2): a TCP connection to a tunnel destination goes to the service.
+///
+/// # Safety
+/// As connect(2).
+#[no_mangle]
+pub unsafe extern "C" fn connect(fd: c_int, address: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the caller's contract is connect(2)'s: `address` has `len` readable bytes.
+    let dest = unsafe { addr::read(address, len) };
+    let tunnel = match (settings(), dest) {
+        (Some(s), Some(d)) if ordo_attach::through_tunnel(&s.routes, d.ip()) => Some((s, d)),
+        _ => None,
+    };
+    let Some((s, dest)) = tunnel else {
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { real::connect(fd, address, len) };
+    };
+    guarded(|| connect_through_tunnel(s, fd, dest))
+}
+
+fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -> c_int {
+    let (Some(ty), Some(family)) = (socket_type(fd), socket_family(fd)) else {
+        set_errno(libc::ENOTSOCK);
+        return -1;
+    };
+    if ty != libc::SOCK_STREAM {
+        // Datagram sockets to the tunnel are not carried yet: fail closed rather than let
+        // the kernel send them elsewhere.
+        set_errno(libc::ENETUNREACH);
+        return -1;
+    }
+    let dest = match dest {
+        std::net::SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => std::net::SocketAddr::new(v4.into(), v6.port()),
+            None => dest,
+        },
+        v4 => v4,
+    };
+    let (mine, theirs) = match attach::socket_pair() {
+        Ok(p) => p,
+        Err(e) => {
+            set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+            return -1;
+        }
+    };
+    let request = Request {
+        op: Op::ConnectTcp,
+        addr: dest,
+    };
+    let reply = attach::ask(&s.socket, &request, theirs.as_raw_fd());
+    drop(theirs);
+    let reply = match reply {
+        Ok(r) => r,
+        Err(e) => {
+            // The service is gone or refused us: fail closed (never the kernel's route).
+            set_errno(e.raw_os_error().unwrap_or(libc::ENETUNREACH));
+            return -1;
+        }
+    };
+    if reply.errno != 0 {
+        set_errno(reply.errno);
+        return -1;
+    }
+    // The stand-in takes the program's descriptor number, with its flags: O_NONBLOCK lives
+    // in the open file, FD_CLOEXEC in the descriptor.
+    // SAFETY: fcntl on the program's descriptor, reading flags only.
+    let status = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    let fd_flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    let cloexec = if fd_flags >= 0 && fd_flags & libc::FD_CLOEXEC != 0 {
+        libc::O_CLOEXEC
+    } else {
+        0
+    };
+    let stand_in = mine.into_raw_fd();
+    // SAFETY: both are open descriptors; dup3 atomically replaces `fd`'s file.
+    let r = unsafe { libc::dup3(stand_in, fd, cloexec) };
+    // SAFETY: `stand_in` is ours (into_raw_fd above) and no longer needed.
+    unsafe { libc::close(stand_in) };
+    if r < 0 {
+        return -1;
+    }
+    if status >= 0 && status & libc::O_NONBLOCK != 0 {
+        // SAFETY: setting a status flag on the descriptor we just put in place.
+        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
+    }
+    if let Some(inode) = sockets::socket_inode(fd) {
+        sockets::remember(sockets::TunnelSocket {
+            inode,
+            family,
+            local: reply.local,
+            remote: reply.remote.or(Some(dest)),
+        });
+    }
+    0
+}
+
+/// getsockname(2): a tunnel socket reports its address in the tunnel.
+///
+/// # Safety
+/// As getsockname(2).
+#[no_mangle]
+pub unsafe extern "C" fn getsockname(fd: c_int, out: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    if let Some(TunnelSocket {
+        family, local: Some(a), ..
+    }) = tunnel_socket(fd)
+    {
+        // SAFETY: the caller's buffer and length, as getsockname(2) promises them.
+        unsafe { addr::write(a, family, out, len) };
+        return 0;
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { real::getsockname(fd, out, len) }
+}
+
+/// getpeername(2): a tunnel socket reports the address it connected to.
+///
+/// # Safety
+/// As getpeername(2).
+#[no_mangle]
+pub unsafe extern "C" fn getpeername(fd: c_int, out: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    if let Some(TunnelSocket {
+        family,
+        remote: Some(a),
+        ..
+    }) = tunnel_socket(fd)
+    {
+        // SAFETY: as above.
+        unsafe { addr::write(a, family, out, len) };
+        return 0;
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { real::getpeername(fd, out, len) }
+}
+
+use sockets::TunnelSocket;
+
+fn tunnel_socket(fd: c_int) -> Option<TunnelSocket> {
+    settings()?;
+    std::panic::catch_unwind(|| sockets::lookup(fd)).ok().flatten()
+}
+
+/// setsockopt(2): on a tunnel socket, the TCP and IP options are the stack's business, not
+/// the Unix socket's (which would refuse them): they are taken and succeed. Socket-level
+/// options go to the Unix socket, where those that make sense there (buffer sizes,
+/// timeouts) act.
+///
+/// # Safety
+/// As setsockopt(2).
+#[no_mangle]
+pub unsafe extern "C" fn setsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    value: *const libc::c_void,
+    len: socklen_t,
+) -> c_int {
+    if tunnel_socket(fd).is_some() {
+        match level {
+            libc::IPPROTO_TCP | libc::IPPROTO_IP | libc::IPPROTO_IPV6 => return 0,
+            _ => {
+                // SAFETY: the caller's arguments, unchanged.
+                let r = unsafe { real::setsockopt(fd, level, name, value, len) };
+                let e = std::io::Error::last_os_error().raw_os_error();
+                if r != 0 && matches!(e, Some(libc::ENOPROTOOPT) | Some(libc::EOPNOTSUPP)) {
+                    return 0;
+                }
+                return r;
+            }
+        }
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { real::setsockopt(fd, level, name, value, len) }
+}
+
+/// getsockopt(2): a tunnel socket answers as the TCP socket it stands for: its family and
+/// protocol, and plausible TCP figures (TCP_INFO says established; the stack's own figures
+/// are not reported yet).
+///
+/// # Safety
+/// As getsockopt(2).
+#[no_mangle]
+pub unsafe extern "C" fn getsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    value: *mut libc::c_void,
+    len: *mut socklen_t,
+) -> c_int {
+    if let Some(t) = tunnel_socket(fd) {
+        let int = match (level, name) {
+            (libc::SOL_SOCKET, libc::SO_DOMAIN) => Some(t.family),
+            (libc::SOL_SOCKET, libc::SO_PROTOCOL) => Some(libc::IPPROTO_TCP),
+            (libc::IPPROTO_TCP, libc::TCP_INFO) => {
+                // SAFETY: tcp_info is plain data; all zeros is valid.
+                let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+                info.tcpi_state = 1; // TCP_ESTABLISHED
+                                     // SAFETY: the caller's buffer of `*len` bytes.
+                unsafe { copy_out(&info, value, len) };
+                return 0;
+            }
+            (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => Some(1380),
+            (libc::IPPROTO_TCP, _) | (libc::IPPROTO_IP, _) | (libc::IPPROTO_IPV6, _) => Some(0),
+            _ => None,
+        };
+        if let Some(v) = int {
+            // SAFETY: as above.
+            unsafe { copy_out(&v, value, len) };
+            return 0;
+        }
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { real::getsockopt(fd, level, name, value, len) }
+}
+
+/// Copies `v` into a getsockopt buffer: truncated to `*len`, `*len` set to what was written.
+///
+/// # Safety
+/// `out` has `*len` writable bytes; `len` is writable.
+unsafe fn copy_out<T>(v: &T, out: *mut libc::c_void, len: *mut socklen_t) {
+    if out.is_null() || len.is_null() {
+        return;
+    }
+    // SAFETY: the caller's buffer; we copy at most `*len` bytes of `v`.
+    unsafe {
+        let n = (*len as usize).min(std::mem::size_of::<T>());
+        std::ptr::copy_nonoverlapping((v as *const T).cast::<u8>(), out.cast::<u8>(), n);
+        *len = n as socklen_t;
+    }
+}

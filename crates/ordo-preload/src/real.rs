@@ -1,0 +1,105 @@
+//! The C library's own functions, which the hooks call for everything that is not theirs.
+//! Looked up with `dlsym(RTLD_NEXT)` (the next object after this library in the lookup order:
+//! the C library), once each, and never through our own exported symbols, which would call
+//! back into the hooks.
+
+use libc::{c_int, c_void, sockaddr, socklen_t};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// One looked-up function: its address, 0 until the first call.
+struct Real {
+    name: &'static [u8],
+    addr: AtomicUsize,
+}
+
+impl Real {
+    const fn new(name: &'static [u8]) -> Real {
+        Real {
+            name,
+            addr: AtomicUsize::new(0),
+        }
+    }
+
+    fn get(&self) -> usize {
+        let a = self.addr.load(Ordering::Acquire);
+        if a != 0 {
+            return a;
+        }
+        // SAFETY: `name` is a NUL-terminated byte string (every `Real` below is built from a
+        // literal ending in \0); dlsym only reads it.
+        let a = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr().cast()) } as usize;
+        if a == 0 {
+            // No C library below us defines it: nothing sensible to call. Abort rather than
+            // jump to address 0 (this cannot happen with glibc or musl).
+            std::process::abort();
+        }
+        self.addr.store(a, Ordering::Release);
+        a
+    }
+}
+
+static CONNECT: Real = Real::new(b"connect\0");
+static GETSOCKNAME: Real = Real::new(b"getsockname\0");
+static GETPEERNAME: Real = Real::new(b"getpeername\0");
+static SETSOCKOPT: Real = Real::new(b"setsockopt\0");
+static GETSOCKOPT: Real = Real::new(b"getsockopt\0");
+
+type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
+type NameFn = unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
+type SetOptFn = unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int;
+type GetOptFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
+
+/// The C library's connect.
+///
+/// # Safety
+/// As connect(2): `addr` points to `len` readable bytes.
+pub unsafe fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the address is the C library's `connect`, whose type this is.
+    let f: ConnectFn = unsafe { std::mem::transmute::<usize, ConnectFn>(CONNECT.get()) };
+    // SAFETY: the caller's contract is connect(2)'s.
+    unsafe { f(fd, addr, len) }
+}
+
+/// The C library's getsockname.
+///
+/// # Safety
+/// As getsockname(2).
+pub unsafe fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: the address is the C library's `getsockname`, whose type this is.
+    let f: NameFn = unsafe { std::mem::transmute::<usize, NameFn>(GETSOCKNAME.get()) };
+    // SAFETY: the caller's contract is getsockname(2)'s.
+    unsafe { f(fd, addr, len) }
+}
+
+/// The C library's getpeername.
+///
+/// # Safety
+/// As getpeername(2).
+pub unsafe fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: the address is the C library's `getpeername`, whose type this is.
+    let f: NameFn = unsafe { std::mem::transmute::<usize, NameFn>(GETPEERNAME.get()) };
+    // SAFETY: the caller's contract is getpeername(2)'s.
+    unsafe { f(fd, addr, len) }
+}
+
+/// The C library's setsockopt.
+///
+/// # Safety
+/// As setsockopt(2).
+pub unsafe fn setsockopt(fd: c_int, level: c_int, name: c_int, value: *const c_void, len: socklen_t) -> c_int {
+    // SAFETY: the address is the C library's `setsockopt`, whose type this is.
+    let f: SetOptFn = unsafe { std::mem::transmute::<usize, SetOptFn>(SETSOCKOPT.get()) };
+    // SAFETY: the caller's contract is setsockopt(2)'s.
+    unsafe { f(fd, level, name, value, len) }
+}
+
+/// The C library's getsockopt.
+///
+/// # Safety
+/// As getsockopt(2).
+pub unsafe fn getsockopt(fd: c_int, level: c_int, name: c_int, value: *mut c_void, len: *mut socklen_t) -> c_int {
+    // SAFETY: the address is the C library's `getsockopt`, whose type this is.
+    let f: GetOptFn = unsafe { std::mem::transmute::<usize, GetOptFn>(GETSOCKOPT.get()) };
+    // SAFETY: the caller's contract is getsockopt(2)'s.
+    unsafe { f(fd, level, name, value, len) }
+}

@@ -1,0 +1,48 @@
+//! The tunnel's sockets this process holds, by the inode of the Unix socket that stands in
+//! for each. Keyed by inode, not by descriptor number: a dup'ed or inherited descriptor is the
+//! same socket, and a closed number reused for another file is not (no hook on close needed).
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+
+/// Sockets remembered; the oldest is forgotten beyond (only its names are lost: reads and
+/// writes go through the kernel descriptor whatever the table says).
+const MAX: usize = 4096;
+
+#[derive(Clone, Copy)]
+pub struct TunnelSocket {
+    pub inode: u64,
+    /// The family the application created the socket with (names are reported in it).
+    pub family: i32,
+    pub local: Option<SocketAddr>,
+    pub remote: Option<SocketAddr>,
+}
+
+static TABLE: Mutex<Vec<TunnelSocket>> = Mutex::new(Vec::new());
+
+/// The inode of `fd` if it is a socket.
+pub fn socket_inode(fd: i32) -> Option<u64> {
+    // SAFETY: stat is plain data; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid stat buffer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return None;
+    }
+    Some(st.st_ino)
+}
+
+pub fn remember(s: TunnelSocket) {
+    let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    t.retain(|e| e.inode != s.inode);
+    if t.len() >= MAX {
+        t.remove(0);
+    }
+    t.push(s);
+}
+
+/// The tunnel socket `fd` refers to, if any.
+pub fn lookup(fd: i32) -> Option<TunnelSocket> {
+    let inode = socket_inode(fd)?;
+    let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    t.iter().find(|e| e.inode == inode).copied()
+}

@@ -1,0 +1,569 @@
+//! The attach service: the stack's thread. It owns smoltcp's interface and sockets, accepts
+//! applications' requests on the attach socket (`ordo_attach`), and relays each connection's
+//! bytes between the application's Unix socket and the stack's TCP socket, one copy each way
+//! (the application's bytes are read straight into the TCP send buffer, and written straight
+//! from the receive buffer).
+//!
+//! Everything an application sends is untrusted: a request is decoded by `ordo_attach`
+//! (any bytes give a message or an error), the descriptor that comes with it must be a Unix
+//! stream socket, only this user (or root) may attach (SO_PEERCRED), a request must arrive
+//! whole within [`REQUEST_DEADLINE`], and the numbers of pending requests and connections
+//! are bounded.
+
+use super::link::{Link, Wires};
+use super::StackSettings;
+use crate::host::wakeup::WakeUp;
+use ordo_attach::{Op, Reply, Request, REQUEST_LEN};
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::socket::tcp;
+use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
+use std::collections::HashSet;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Each TCP connection's send and receive buffers in the stack.
+const TCP_BUFFER: usize = 256 * 1024;
+/// How long a new connection may take to be established (Linux gives up after about 127 s
+/// of SYN retransmissions by default; applications usually time out sooner themselves).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an application may take to send its whole request.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Requests being read at once; more wait in the listen backlog.
+const MAX_PENDING_REQUESTS: usize = 64;
+/// Connections at once; a request beyond is refused with EMFILE.
+const MAX_CONNECTIONS: usize = 4096;
+/// The longest the thread sleeps: it also looks at its stop flag when it wakes.
+const MAX_SLEEP: Duration = Duration::from_millis(250);
+/// Local ports of connections (the kernel's default ephemeral range is 32768-60999; the
+/// stack has its own addresses, so it may use the IANA range).
+const EPHEMERAL: std::ops::RangeInclusive<u16> = 49152..=65535;
+
+/// The running service; stops its thread when dropped.
+pub struct Service {
+    stop: Arc<AtomicBool>,
+    wake: Arc<WakeUp>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Service {
+    /// Starts the stack's thread over `wires`, answering applications on `listener`.
+    pub fn start(wires: Arc<Wires>, settings: &StackSettings, listener: UnixListener) -> io::Result<Service> {
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(WakeUp::new()?);
+        let mut state = State::new(wires, settings, listener, stop.clone(), wake.clone());
+        let thread = std::thread::Builder::new()
+            .name("ordo-stack".into())
+            .spawn(move || state.run())?;
+        Ok(Service {
+            stop,
+            wake,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.wake.ring();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A request being read: the bytes so far and the descriptor that came with them.
+struct PendingRequest {
+    control: UnixStream,
+    bytes: Vec<u8>,
+    passed: Option<OwnedFd>,
+    deadline: Instant,
+}
+
+/// A connection of an application through the stack.
+struct Connection {
+    handle: SocketHandle,
+    /// The service's end of the application's socket pair (non-blocking).
+    app: OwnedFd,
+    local_port: u16,
+    /// Until the connection is established or fails: where to send the answer.
+    waiting: Option<(UnixStream, Instant)>,
+    /// The application will send no more (it shut down writing or closed).
+    app_done_writing: bool,
+    /// The application was told the peer will send no more.
+    told_app_eof: bool,
+}
+
+struct State {
+    link: Link,
+    iface: Interface,
+    sockets: SocketSet<'static>,
+    listener: UnixListener,
+    pending: Vec<PendingRequest>,
+    connections: Vec<Connection>,
+    ports_in_use: HashSet<u16>,
+    next_port: u16,
+    addresses: Vec<IpAddr>,
+    started: Instant,
+    stop: Arc<AtomicBool>,
+    wake: Arc<WakeUp>,
+    uid: u32,
+}
+
+fn errno_of(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// The TCP timestamp clock (RFC 7323): milliseconds, monotonic.
+fn tsval() -> u32 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u32
+}
+
+impl State {
+    fn new(
+        wires: Arc<Wires>,
+        settings: &StackSettings,
+        listener: UnixListener,
+        stop: Arc<AtomicBool>,
+        wake: Arc<WakeUp>,
+    ) -> State {
+        let mut link = Link::new(wires, settings.mtu);
+        let mut config = Config::new(HardwareAddress::Ip);
+        let seed = rand_core::RngCore::next_u64(&mut rand_core::OsRng);
+        config.random_seed = seed;
+        let started = Instant::now();
+        let mut iface = Interface::new(config, &mut link, smoltcp::time::Instant::from_micros(0));
+        let addresses: Vec<IpAddr> = settings.addresses.iter().map(|n| n.addr()).collect();
+        iface.update_ip_addrs(|addrs| {
+            for net in &settings.addresses {
+                // The table's size is a build-time constant; addresses beyond it are left out
+                // (and the connect to a family without one fails with EADDRNOTAVAIL).
+                let _ = addrs.push(IpCidr::new(IpAddress::from(net.addr()), net.prefix_len()));
+            }
+        });
+        // The medium has no link layer: every destination is reached by handing the packet
+        // to the plane, which routes it by the peers' allowed IPs. A default route through
+        // our own address says so to smoltcp.
+        for a in &addresses {
+            match a {
+                IpAddr::V4(v4) => {
+                    let _ = iface.routes_mut().add_default_ipv4_route(*v4);
+                }
+                IpAddr::V6(v6) => {
+                    let _ = iface.routes_mut().add_default_ipv6_route(*v6);
+                }
+            }
+        }
+        let next_port = *EPHEMERAL.start() + (seed % 16384) as u16;
+        State {
+            link,
+            iface,
+            sockets: SocketSet::new(Vec::new()),
+            listener,
+            pending: Vec::new(),
+            connections: Vec::new(),
+            ports_in_use: HashSet::new(),
+            next_port,
+            addresses,
+            started,
+            stop,
+            wake,
+            // SAFETY: getuid cannot fail.
+            uid: unsafe { libc::getuid() },
+        }
+    }
+
+    fn now(&self) -> smoltcp::time::Instant {
+        smoltcp::time::Instant::from_micros(self.started.elapsed().as_micros() as i64)
+    }
+
+    fn run(&mut self) {
+        while !self.stop.load(Ordering::SeqCst) {
+            self.link.take_delivered();
+            let now = self.now();
+            self.iface.poll(now, &mut self.link, &mut self.sockets);
+            self.accept();
+            self.read_requests();
+            self.relay();
+            let now = self.now();
+            self.iface.poll(now, &mut self.link, &mut self.sockets);
+            self.wait();
+        }
+    }
+
+    /// Sleeps until something may be ready: the plane delivered, an application wrote or
+    /// can take more, a request arrives, or the stack's next timer.
+    fn wait(&mut self) {
+        let mut fds = vec![
+            pollfd(self.link.wires.to_stack.fd(), libc::POLLIN),
+            pollfd(self.listener.as_raw_fd(), libc::POLLIN),
+            pollfd(self.wake.as_raw_fd(), libc::POLLIN),
+        ];
+        fds.extend(self.pending.iter().map(|p| pollfd(p.control.as_raw_fd(), libc::POLLIN)));
+        for c in &self.connections {
+            let s = self.sockets.get::<tcp::Socket>(c.handle);
+            let mut events = 0;
+            if c.waiting.is_none() && !c.app_done_writing && s.may_send() && s.send_queue() < s.send_capacity() {
+                events |= libc::POLLIN;
+            }
+            if s.can_recv() {
+                events |= libc::POLLOUT;
+            }
+            fds.push(pollfd(c.app.as_raw_fd(), events));
+        }
+        let now = self.now();
+        let mut sleep = self
+            .iface
+            .poll_delay(now, &self.sockets)
+            .map(|d| Duration::from_micros(d.total_micros()))
+            .unwrap_or(MAX_SLEEP)
+            .min(MAX_SLEEP);
+        if let Some(first) = self.pending.iter().map(|p| p.deadline).min() {
+            sleep = sleep.min(first.saturating_duration_since(Instant::now()));
+        }
+        if let Some(first) = self
+            .connections
+            .iter()
+            .filter_map(|c| c.waiting.as_ref().map(|w| w.1))
+            .min()
+        {
+            sleep = sleep.min(first.saturating_duration_since(Instant::now()));
+        }
+        let ms = sleep.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid array of pollfd of the given length.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        self.wake.clear();
+    }
+
+    /// Takes new applications' connections to the attach socket.
+    fn accept(&mut self) {
+        while self.pending.len() < MAX_PENDING_REQUESTS {
+            let control = match self.listener.accept() {
+                Ok((c, _)) => c,
+                Err(_) => return,
+            };
+            if !self.may_attach(&control) || control.set_nonblocking(true).is_err() {
+                continue;
+            }
+            self.pending.push(PendingRequest {
+                control,
+                bytes: Vec::with_capacity(REQUEST_LEN),
+                passed: None,
+                deadline: Instant::now() + REQUEST_DEADLINE,
+            });
+        }
+    }
+
+    /// Whether the process at the other end of `control` may use this stack: this user or
+    /// root (the socket's directory already keeps others out; this is the second lock).
+    fn may_attach(&self, control: &UnixStream) -> bool {
+        let mut cred = libc::ucred {
+            pid: 0,
+            uid: u32::MAX,
+            gid: 0,
+        };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: `cred` and `len` are a valid buffer for SO_PEERCRED.
+        let r = unsafe {
+            libc::getsockopt(
+                control.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&mut cred as *mut libc::ucred).cast(),
+                &mut len,
+            )
+        };
+        r == 0 && (cred.uid == self.uid || cred.uid == 0)
+    }
+
+    /// Reads what pending requests sent; a complete one is served, a bad or late one dropped
+    /// (the application sees its request closed and fails its call).
+    fn read_requests(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.pending.len() {
+            let p = &mut self.pending[i];
+            let done = match recv_with_fd(p.control.as_raw_fd(), REQUEST_LEN - p.bytes.len()) {
+                Ok((bytes, fd)) => {
+                    let closed = bytes.is_empty() && fd.is_none();
+                    p.bytes.extend_from_slice(&bytes);
+                    if let Some(fd) = fd {
+                        // A second descriptor is a protocol error: keep the first, the
+                        // request will be refused below if it is not the right kind.
+                        p.passed.get_or_insert(fd);
+                    }
+                    closed || p.bytes.len() == REQUEST_LEN
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => now >= p.deadline,
+                Err(_) => true,
+            };
+            if !done {
+                i += 1;
+                continue;
+            }
+            let p = self.pending.swap_remove(i);
+            if p.bytes.len() == REQUEST_LEN {
+                self.serve(p);
+            }
+        }
+    }
+
+    fn serve(&mut self, p: PendingRequest) {
+        let request = match Request::decode(&p.bytes) {
+            Ok(r) => r,
+            Err(_) => return reply(&p.control, libc::EPROTO, None, None),
+        };
+        match request.op {
+            Op::ConnectTcp => {
+                let Some(app) = p.passed.filter(|fd| is_unix_stream(fd.as_raw_fd())) else {
+                    return reply(&p.control, libc::EPROTO, None, None);
+                };
+                if let Err(errno) = self.connect(request.addr, app, p.control.try_clone()) {
+                    reply(&p.control, errno, None, None);
+                }
+            }
+        }
+    }
+
+    fn connect(&mut self, to: SocketAddr, app: OwnedFd, control: io::Result<UnixStream>) -> Result<(), i32> {
+        if self.connections.len() >= MAX_CONNECTIONS {
+            return Err(libc::EMFILE);
+        }
+        let control = control.map_err(|e| errno_of(&e))?;
+        if !self.addresses.iter().any(|a| a.is_ipv4() == to.is_ipv4()) {
+            return Err(libc::EADDRNOTAVAIL);
+        }
+        set_nonblocking(app.as_raw_fd()).map_err(|e| errno_of(&e))?;
+        let local_port = self.take_port().ok_or(libc::EADDRNOTAVAIL)?;
+        let mut socket = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
+            tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
+        );
+        socket.set_congestion_control(tcp::CongestionControl::Cubic);
+        socket.set_tsval_generator(Some(tsval));
+        let remote = IpEndpoint::new(IpAddress::from(to.ip()), to.port());
+        if socket.connect(self.iface.context(), remote, local_port).is_err() {
+            self.ports_in_use.remove(&local_port);
+            return Err(libc::EINVAL);
+        }
+        let handle = self.sockets.add(socket);
+        self.connections.push(Connection {
+            handle,
+            app,
+            local_port,
+            waiting: Some((control, Instant::now() + CONNECT_TIMEOUT)),
+            app_done_writing: false,
+            told_app_eof: false,
+        });
+        Ok(())
+    }
+
+    fn take_port(&mut self) -> Option<u16> {
+        let span = EPHEMERAL.end() - EPHEMERAL.start() + 1;
+        for _ in 0..span {
+            let p = self.next_port;
+            self.next_port = if p == *EPHEMERAL.end() {
+                *EPHEMERAL.start()
+            } else {
+                p + 1
+            };
+            if self.ports_in_use.insert(p) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// Moves bytes between each application and its TCP socket, answers connects that
+    /// finished, and ends connections that are over.
+    fn relay(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.connections.len() {
+            let c = &mut self.connections[i];
+            let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
+            let mut failed = false;
+            if let Some((control, deadline)) = &c.waiting {
+                let answer = match s.state() {
+                    tcp::State::SynSent | tcp::State::SynReceived if now < *deadline => None,
+                    tcp::State::SynSent | tcp::State::SynReceived => {
+                        s.abort();
+                        Some(libc::ETIMEDOUT)
+                    }
+                    tcp::State::Closed => Some(libc::ECONNREFUSED),
+                    _ => Some(0),
+                };
+                if let Some(errno) = answer {
+                    let local = s.local_endpoint().map(to_std);
+                    let remote = s.remote_endpoint().map(to_std);
+                    reply(control, errno, local, remote);
+                    c.waiting = None;
+                    failed = errno != 0;
+                }
+            }
+            if failed {
+                self.end(i);
+                continue;
+            }
+            if c.waiting.is_none() && !relay_one(c, s) {
+                self.end(i);
+                continue;
+            }
+            i += 1;
+        }
+    }
+
+    fn end(&mut self, i: usize) {
+        let c = self.connections.swap_remove(i);
+        self.sockets.remove(c.handle);
+        self.ports_in_use.remove(&c.local_port);
+    }
+}
+
+/// One established connection's turn; false once it is over.
+fn relay_one(c: &mut Connection, s: &mut tcp::Socket) -> bool {
+    let fd = c.app.as_raw_fd();
+    // Application to peer: read straight into the send buffer.
+    while !c.app_done_writing && s.can_send() {
+        let r = s.send(|buf| {
+            // SAFETY: reading into smoltcp's free send space, `buf.len()` writable bytes.
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+            (n.max(0) as usize, n)
+        });
+        match r {
+            Ok(n) if n > 0 => continue,
+            Ok(0) => {
+                c.app_done_writing = true;
+                s.close();
+            }
+            Ok(_) => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
+                    s.abort();
+                    return false;
+                }
+            }
+            Err(_) => {}
+        }
+        break;
+    }
+    // Peer to application: write straight from the receive buffer.
+    while s.can_recv() {
+        let r = s.recv(|buf| {
+            // SAFETY: writing the received bytes smoltcp hands us.
+            let n = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+            (n.max(0) as usize, n)
+        });
+        match r {
+            Ok(n) if n > 0 => continue,
+            Ok(_) => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
+                    // The application closed its end: nobody will read what the peer sends.
+                    s.abort();
+                    return false;
+                }
+            }
+            Err(_) => {}
+        }
+        break;
+    }
+    if !s.may_recv() && !s.can_recv() && !c.told_app_eof && s.state() != tcp::State::SynSent {
+        // SAFETY: shutdown on our own descriptor.
+        unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+        c.told_app_eof = true;
+    }
+    let over = matches!(s.state(), tcp::State::Closed | tcp::State::TimeWait) && !s.can_recv();
+    !over
+}
+
+fn to_std(e: IpEndpoint) -> SocketAddr {
+    SocketAddr::new(e.addr.into(), e.port)
+}
+
+fn pollfd(fd: RawFd, events: i16) -> libc::pollfd {
+    libc::pollfd { fd, events, revents: 0 }
+}
+
+fn reply(control: &UnixStream, errno: i32, local: Option<SocketAddr>, remote: Option<SocketAddr>) {
+    use std::io::Write;
+    let bytes = Reply { errno, local, remote }.encode();
+    // The control socket is non-blocking and the reply is far smaller than its buffer; an
+    // application that went away simply misses it.
+    let _ = (&*control).write_all(&bytes);
+}
+
+fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor we own.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether `fd` is a Unix stream socket (what the protocol passes), not any other file an
+/// application might send instead.
+fn is_unix_stream(fd: RawFd) -> bool {
+    let get = |opt| {
+        let mut v: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `v` and `len` are a valid buffer for an int socket option.
+        let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
+        (r == 0).then_some(v)
+    };
+    get(libc::SO_DOMAIN) == Some(libc::AF_UNIX) && get(libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+}
+
+/// Reads up to `max` bytes and at most one passed descriptor (others are closed). Empty bytes
+/// and no descriptor: the other end closed.
+fn recv_with_fd(fd: RawFd, max: usize) -> io::Result<(Vec<u8>, Option<OwnedFd>)> {
+    let mut bytes = vec![0u8; max];
+    // Room for a few descriptors' control message, aligned as cmsghdr wants.
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_mut_ptr().cast(),
+        iov_len: bytes.len(),
+    };
+    // SAFETY: msghdr is plain data for which all zeros is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: `msg` describes `bytes` and `control`, both alive for the call.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    bytes.truncate(n as usize);
+    let mut first = None;
+    // SAFETY: walking the control messages the kernel wrote into `control`, within
+    // msg_controllen; each SCM_RIGHTS payload is an array of descriptors now ours.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                for k in 0..count {
+                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k)));
+                    if first.is_none() {
+                        first = Some(fd);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((bytes, first))
+}

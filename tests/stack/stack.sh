@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Applications through Ordo's own TCP/IP stack (`ordo run`, issue 20), in network namespaces:
+# host A runs the program under `ordo run` as an unprivileged user with no capability (no TUN,
+# no root); host B runs a peer with a TUN device and the servers. Run as root after
+# `cargo build --release`:
+#
+#   tests/stack/stack.sh [PEER=wireguard-go]
+#
+# Prints one line per test and ends with "stack: N passed, N failed".
+set -uo pipefail
+source "$(dirname "$0")/../interop/lib.sh"
+
+PEER=${1:-wireguard-go}
+PASSED=0
+FAILED=0
+WORK=$(mktemp -d /tmp/ordo-stack.XXXXXX)
+chmod 755 "$WORK"
+trap 'teardown; rm -rf "$WORK"' EXIT
+fail() { log "    FAIL: $*"; return 1; }
+
+# The unprivileged user the program and its interface run as.
+RUN_USER=nobody
+# Python for the unprivileged user (a pyenv shim under /root is out of its reach).
+PY=/usr/bin/python3
+
+# Host B: the peer with a TUN device, its tunnel addresses, and A as its peer. A's wg-quick
+# file for `ordo run`, readable only by RUN_USER.
+setup() {
+    make_hosts
+    KEY_A=$(genkey); KEY_B=$(genkey)
+    PUB_A=$(pubkey "$KEY_A"); PUB_B=$(pubkey "$KEY_B")
+    start_impl "$PEER" "$NS_B" "$IF_B"
+    configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "" "$IN_A/32,$IN6_A/128"
+    inner_addresses "$NS_B" "$IF_B" "$IN_B" "$IN6_B"
+    CONF="$WORK/a.conf"
+    cat >"$CONF" <<EOF
+[Interface]
+PrivateKey = $KEY_A
+Address = $IN_A/24, $IN6_A/64
+
+[Peer]
+PublicKey = $PUB_B
+Endpoint = $OUT_B:$PORT_B
+AllowedIPs = $IN_B/32, $IN6_B/128
+EOF
+    chown "$RUN_USER" "$CONF"
+    chmod 600 "$CONF"
+    OUT="$WORK/out"
+    mkdir -p "$OUT"
+    chown "$RUN_USER" "$OUT"
+}
+
+# as_user CMD...: CMD in host A as RUN_USER with no capability at all.
+as_user() {
+    ip netns exec "$NS_A" setpriv --reuid="$RUN_USER" --regid=nogroup --clear-groups \
+        --inh-caps=-all --bounding-set=-all -- "$@"
+}
+
+# ordo_run CMD...: CMD under `ordo run` in host A, unprivileged.
+ordo_run() { as_user "$ORDO" run -c "$CONF" -- "$@"; }
+
+# http_server NS ADDR PORT DIR: python's http.server, returns once it listens.
+http_server() {
+    ip netns exec "$1" "$PY" -m http.server "$3" --bind "$2" --directory "$4" >"$LOGDIR/http-$3.log" 2>&1 &
+    for _ in $(seq 50); do
+        ip netns exec "$1" ss -ltn | grep ":$3 " >/dev/null && return 0
+        sleep 0.1
+    done
+    fail "http.server on $2:$3 did not start"
+}
+
+run_test() {
+    local name=$1
+    shift
+    local start=$SECONDS rc
+    ( set -e; "$@" )
+    rc=$?
+    if ((rc == 0)); then
+        PASSED=$((PASSED + 1))
+        printf 'ok    %-40s %3ds\n' "$name" $((SECONDS - start))
+    else
+        FAILED=$((FAILED + 1))
+        printf 'FAIL  %-40s %3ds   (logs: %s)\n' "$name" $((SECONDS - start)) "$LOGDIR"
+    fi
+    teardown
+}
+
+# curl downloads 64 MB over HTTP from a server behind the far end, over IPv4 and IPv6, as
+# an unprivileged user; the bytes are checked.
+t_curl_download() {
+    setup
+    mkdir -p "$WORK/www"
+    head -c 64M /dev/urandom >"$WORK/www/blob"
+    local want
+    want=$(sha256sum <"$WORK/www/blob" | cut -d' ' -f1)
+    http_server "$NS_B" "$IN_B" 8000 "$WORK/www"
+    http_server "$NS_B" "$IN6_B" 8006 "$WORK/www"
+    ordo_run curl -sS --max-time 60 -o "$OUT/v4" "http://$IN_B:8000/blob" || fail "curl over IPv4"
+    [[ $(sha256sum <"$OUT/v4" | cut -d' ' -f1) == "$want" ]] || fail "IPv4 download differs"
+    ordo_run curl -sS --max-time 60 -o "$OUT/v6" "http://[$IN6_B]:8006/blob" || fail "curl over IPv6"
+    [[ $(sha256sum <"$OUT/v6" | cut -d' ' -f1) == "$want" ]] || fail "IPv6 download differs"
+}
+
+# The same program reaches the tunnel and, in the same run, a server outside it (B's veth
+# address) and loopback through the kernel.
+t_tunnel_and_kernel() {
+    setup
+    mkdir -p "$WORK/www"
+    echo tunnel >"$WORK/www/where"
+    http_server "$NS_B" "$IN_B" 8000 "$WORK/www"
+    http_server "$NS_B" "$OUT_B" 8001 "$WORK/www"
+    http_server "$NS_A" 127.0.0.1 8002 "$WORK/www"
+    local got
+    got=$(ordo_run "$PY" -c "
+import urllib.request as u
+for url in ['http://$IN_B:8000/where', 'http://$OUT_B:8001/where', 'http://127.0.0.1:8002/where']:
+    print(u.urlopen(url, timeout=20).read().decode().strip())
+") || fail "the program failed"
+    [[ $got == $'tunnel\ntunnel\ntunnel' ]] || fail "got: $got"
+    # The tunnel carried the first request only: B's server on its tunnel address saw A's
+    # tunnel address; the one on the veth saw A's veth address.
+    grep "^$IN_A " "$LOGDIR/http-8000.log" >/dev/null || fail "the tunnel request did not come from $IN_A"
+    grep "^$OUT_A " "$LOGDIR/http-8001.log" >/dev/null || fail "the outside request did not come from $OUT_A"
+}
+
+# A connection refused at the far end is refused for the program too (ECONNREFUSED), and
+# the program goes on.
+t_refused() {
+    setup
+    local got
+    got=$(ordo_run "$PY" -c "
+import socket
+s = socket.socket()
+try:
+    s.connect(('$IN_B', 9))
+    print('connected')
+except ConnectionRefusedError:
+    print('refused')
+") || fail "the program failed"
+    [[ $got == refused ]] || fail "got: $got"
+}
+
+run_test "curl_download[$PEER]" t_curl_download
+run_test "tunnel_and_kernel[$PEER]" t_tunnel_and_kernel
+run_test "refused[$PEER]" t_refused
+
+echo "stack: $PASSED passed, $FAILED failed"
+((FAILED == 0))
