@@ -4,7 +4,7 @@
 # no root); host B runs a peer with a TUN device and the servers. Run as root after
 # `cargo build --release`:
 #
-#   tests/stack/stack.sh [PEER=wireguard-go]
+#   [STACK_TESTS="curl_download nc ..."] tests/stack/stack.sh [PEER=wireguard-go]
 #
 # Prints one line per test and ends with "stack: N passed, N failed".
 set -uo pipefail
@@ -72,6 +72,9 @@ http_server() {
 run_test() {
     local name=$1
     shift
+    if [[ -n ${STACK_TESTS:-} ]] && ! [[ " $STACK_TESTS " == *" ${name%%[*} "* ]]; then
+        return
+    fi
     local start=$SECONDS rc
     ( set -e; "$@" )
     rc=$?
@@ -140,7 +143,44 @@ except ConnectionRefusedError:
     [[ $got == refused ]] || fail "got: $got"
 }
 
+# iperf3 (select-driven, non-blocking sockets) through the stack, each way: the bytes the
+# receiving side counted, at least 10 MB in 3 s.
+t_iperf3() {
+    setup
+    local dir json bytes
+    for dir in "" -R; do
+        ip netns exec "$NS_B" iperf3 -s -1 -B "$IN_B" -p 5201 >/dev/null 2>&1 &
+        for _ in $(seq 50); do
+            ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break
+            sleep 0.1
+        done
+        json=$(ordo_run iperf3 -c "$IN_B" -p 5201 -t 3 -J $dir) || fail "iperf3 $dir: $json"
+        bytes=$(echo "$json" | "$PY" -c "import json,sys; print(int(json.load(sys.stdin)['end']['sum_received']['bytes']))")
+        log "    iperf3 $dir: $((bytes * 8 / 3 / 1000000)) Mbit/s"
+        ((bytes > 10000000)) || fail "iperf3 $dir: only $bytes bytes"
+    done
+}
+
+# nc (netcat-openbsd) sends a file to a listener behind the far end and closes; the listener
+# gets every byte (the half-close reaches the peer as a FIN).
+t_nc() {
+    setup
+    head -c 3M /dev/urandom >"$WORK/nc.in"
+    chmod 644 "$WORK/nc.in"
+    ip netns exec "$NS_B" nc -l -s "$IN_B" -p 7000 -N >"$WORK/nc.out" &
+    local srv=$!
+    for _ in $(seq 50); do
+        ip netns exec "$NS_B" ss -ltn | grep ':7000 ' >/dev/null && break
+        sleep 0.1
+    done
+    ordo_run nc -N -w 10 "$IN_B" 7000 <"$WORK/nc.in" || fail "nc client"
+    wait $srv
+    cmp "$WORK/nc.in" "$WORK/nc.out" || fail "nc: bytes differ"
+}
+
 run_test "curl_download[$PEER]" t_curl_download
+run_test "iperf3[$PEER]" t_iperf3
+run_test "nc[$PEER]" t_nc
 run_test "tunnel_and_kernel[$PEER]" t_tunnel_and_kernel
 run_test "refused[$PEER]" t_refused
 

@@ -47,25 +47,44 @@ const EPHEMERAL: std::ops::RangeInclusive<u16> = 49152..=65535;
 /// The running service; stops its thread when dropped.
 pub struct Service {
     stop: Arc<AtomicBool>,
+    linger: Arc<AtomicBool>,
     wake: Arc<WakeUp>,
     thread: Option<JoinHandle<()>>,
 }
+
+/// How long [`Service::linger`] waits, at most, for connections to deliver what they hold.
+pub const LINGER: Duration = Duration::from_secs(30);
 
 impl Service {
     /// Starts the stack's thread over `wires`, answering applications on `listener`.
     pub fn start(wires: Arc<Wires>, settings: &StackSettings, listener: UnixListener) -> io::Result<Service> {
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
+        let linger = Arc::new(AtomicBool::new(false));
         let wake = Arc::new(WakeUp::new()?);
         let mut state = State::new(wires, settings, listener, stop.clone(), wake.clone());
+        let lingering = linger.clone();
         let thread = std::thread::Builder::new()
             .name("ordo-stack".into())
-            .spawn(move || state.run())?;
+            .spawn(move || state.run(&lingering))?;
         Ok(Service {
             stop,
+            linger,
             wake,
             thread: Some(thread),
         })
+    }
+
+    /// Takes no more requests, and returns once every connection has delivered what it
+    /// holds and ended (its FIN acknowledged, or reset), or after [`LINGER`]: as the kernel
+    /// keeps sending a closed socket's data after its process exits. For `ordo run`, whose
+    /// program has ended (which closed the program's ends of the connections).
+    pub fn linger(mut self) {
+        self.linger.store(true, Ordering::SeqCst);
+        self.wake.ring();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -185,8 +204,16 @@ impl State {
         smoltcp::time::Instant::from_micros(self.started.elapsed().as_micros() as i64)
     }
 
-    fn run(&mut self) {
+    fn run(&mut self, linger: &AtomicBool) {
+        let mut linger_until = None;
         while !self.stop.load(Ordering::SeqCst) {
+            if linger.load(Ordering::SeqCst) {
+                let until = *linger_until.get_or_insert_with(|| Instant::now() + LINGER);
+                self.pending.clear();
+                if Instant::now() >= until || self.all_delivered() {
+                    return;
+                }
+            }
             self.link.take_delivered();
             let now = self.now();
             self.iface.poll(now, &mut self.link, &mut self.sockets);
@@ -364,6 +391,16 @@ impl State {
             told_app_eof: false,
         });
         Ok(())
+    }
+
+    /// Whether every connection's own data and FIN were acknowledged (or it ended).
+    fn all_delivered(&self) -> bool {
+        self.connections.iter().all(|c| {
+            matches!(
+                self.sockets.get::<tcp::Socket>(c.handle).state(),
+                tcp::State::Closed | tcp::State::TimeWait | tcp::State::FinWait2
+            )
+        })
     }
 
     fn take_port(&mut self) -> Option<u16> {
