@@ -6,9 +6,11 @@
 //! Every path that takes bytes from outside has one: datagrams from the network (a live
 //! session, the handshake responder, and a two-sided exchange under an adversary), packets
 //! from TUN and decrypted packets on their way to it (offloads), the headers routing reads,
-//! the UAPI, wg-quick files, the load generator's wire format and the CPU lists of the
-//! configuration. rtnetlink replies are parsed by the `netlink-packet-route` crate, not here.
+//! the UAPI, wg-quick files, the load generator's wire format, the CPU lists of the
+//! configuration, and the attach protocol between applications and the user-space stack.
+//! rtnetlink replies are parsed by the `netlink-packet-route` crate, not here.
 
+pub mod attach;
 pub mod packets;
 pub mod proto;
 pub mod session;
@@ -75,6 +77,11 @@ pub const TARGETS: &[Target] = &[
         name: "cpu_list",
         run: text::cpu_list,
         seeds: text::cpu_list_seeds,
+    },
+    Target {
+        name: "attach",
+        run: attach::run,
+        seeds: attach::seeds,
     },
 ];
 

@@ -1,0 +1,56 @@
+//! The attach protocol (`ordo_attach`): what an application's preload library sends the stack
+//! service, and what the service answers. The service reads requests from applications it
+//! does not trust; the library reads replies and its environment.
+
+use ordo_attach::{parse_routes, through_tunnel, Reply, Request, REPLY_LEN, REQUEST_LEN};
+
+/// Any bytes as a request, a reply and a route list: a message or an error, never a panic;
+/// a decoded message encodes back to the same bytes (nothing is read that is not kept).
+pub fn run(data: &[u8]) {
+    if let Ok(r) = Request::decode(data) {
+        let again = Request::decode(&r.encode()).expect("an encoded request decodes");
+        assert_eq!(again, r);
+    }
+    if let Ok(r) = Reply::decode(data) {
+        assert_eq!(Reply::decode(&r.encode()), Ok(r));
+    }
+    // The first bytes of any input, padded or cut to a message's size, reach the fields.
+    let mut req = [0u8; REQUEST_LEN];
+    let n = data.len().min(REQUEST_LEN);
+    req[..n].copy_from_slice(&data[..n]);
+    req[..5].copy_from_slice(b"ORDA\x01");
+    let _ = Request::decode(&req);
+    let mut rep = [0u8; REPLY_LEN];
+    let n = data.len().min(REPLY_LEN);
+    rep[..n].copy_from_slice(&data[..n]);
+    rep[..5].copy_from_slice(b"ORDA\x01");
+    let _ = Reply::decode(&rep);
+    if let Ok(text) = std::str::from_utf8(data) {
+        let routes = parse_routes(text);
+        for r in &routes {
+            assert!(
+                through_tunnel(&routes, r.addr) || r.addr.is_loopback() || r.addr.is_unspecified() || {
+                    // An IPv4-mapped IPv6 route is matched by its IPv4 address, not itself.
+                    matches!(r.addr, std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some())
+                }
+            );
+        }
+    }
+}
+
+pub fn seeds() -> Vec<Vec<u8>> {
+    let request = Request {
+        op: ordo_attach::Op::ConnectTcp,
+        addr: "10.99.0.2:8000".parse().expect("an address"),
+    };
+    let reply = Reply {
+        errno: 0,
+        local: Some("[fd99::1]:49152".parse().expect("an address")),
+        remote: Some("[fd99::2]:8000".parse().expect("an address")),
+    };
+    vec![
+        request.encode().to_vec(),
+        reply.encode().to_vec(),
+        b"10.99.0.0/24,fd99::/64,0.0.0.0/0".to_vec(),
+    ]
+}

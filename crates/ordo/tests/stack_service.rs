@@ -1,0 +1,165 @@
+//! The attach service (`inner::stack::service`) against what applications may send it: bytes
+//! that are not a request, a request without its descriptor or with the wrong kind, half a
+//! request, and a request for a family the stack has no address in. Each gets its error
+//! (or is dropped), and the service still serves a good request afterwards: the stack sends
+//! the connection's SYN towards the plane.
+
+use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
+use ordo::inner::stack::service::Service;
+use ordo::inner::stack::{StackPort, StackSettings};
+use ordo::port::{InnerPort, InnerRead, HEADROOM};
+use ordo_attach::{Op, Reply, Request, REPLY_LEN};
+use std::io::{IoSlice, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+struct Running {
+    port: StackPort,
+    _service: Service,
+    socket: PathBuf,
+    _dir: TempDir,
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn start() -> Running {
+    let dir = std::env::temp_dir().join(format!("ordo-stack-test.{}.{:?}", std::process::id(), Instant::now()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("attach.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let settings = StackSettings {
+        addresses: vec!["10.99.0.1/24".parse().unwrap()],
+        mtu: 1420,
+    };
+    let (port, wires) = StackPort::new(1, settings.mtu).unwrap();
+    let service = Service::start(wires, &settings, listener).unwrap();
+    Running {
+        port,
+        _service: service,
+        socket,
+        _dir: TempDir(dir),
+    }
+}
+
+fn pair() -> (OwnedFd, OwnedFd) {
+    socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC).unwrap()
+}
+
+/// Sends `bytes` (with `fd` if given) on a fresh connection; the reply, or None if the
+/// service closed the connection without one.
+fn ask(socket: &Path, bytes: &[u8], fd: Option<i32>) -> Option<Reply> {
+    let mut c = UnixStream::connect(socket).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let fds = fd.map(|f| [f]);
+    let cmsgs: Vec<ControlMessage> = fds.iter().map(|f| ControlMessage::ScmRights(f)).collect();
+    sendmsg::<()>(c.as_raw_fd(), &[IoSlice::new(bytes)], &cmsgs, MsgFlags::empty(), None).unwrap();
+    let mut reply = [0u8; REPLY_LEN];
+    c.read_exact(&mut reply).ok()?;
+    Some(Reply::decode(&reply).expect("the service's reply decodes"))
+}
+
+fn connect_request(addr: &str) -> Vec<u8> {
+    Request {
+        op: Op::ConnectTcp,
+        addr: addr.parse().unwrap(),
+    }
+    .encode()
+    .to_vec()
+}
+
+/// The next packet the stack sends towards the plane, within `timeout`.
+fn next_packet(port: &StackPort, timeout: Duration) -> Option<Vec<u8>> {
+    let mut reader = port.reader(0);
+    let deadline = Instant::now() + timeout;
+    let mut out = Vec::new();
+    while Instant::now() < deadline {
+        reader.read(&mut out, 1).unwrap();
+        if let Some(p) = out.pop() {
+            return Some(p[HEADROOM..].to_vec());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+#[test]
+fn bad_requests_get_errors_and_a_good_one_still_connects() {
+    let r = start();
+    let eproto = Some(libc::EPROTO);
+    // Not a request at all.
+    let junk = vec![0x5a; connect_request("10.99.0.2:80").len()];
+    assert_eq!(ask(&r.socket, &junk, None).map(|x| x.errno), eproto);
+    // A request without the descriptor it needs.
+    assert_eq!(
+        ask(&r.socket, &connect_request("10.99.0.2:80"), None).map(|x| x.errno),
+        eproto
+    );
+    // A request with a descriptor that is not a Unix stream socket (a pipe).
+    let (pipe_r, _pipe_w) = nix::unistd::pipe().unwrap();
+    let got = ask(&r.socket, &connect_request("10.99.0.2:80"), Some(pipe_r.as_raw_fd()));
+    assert_eq!(got.map(|x| x.errno), eproto);
+    // A family the stack has no address in.
+    let (_mine, theirs) = pair();
+    let got = ask(&r.socket, &connect_request("[fd99::2]:80"), Some(theirs.as_raw_fd()));
+    assert_eq!(got.map(|x| x.errno), Some(libc::EADDRNOTAVAIL));
+    // Half a request, then the application goes away; and one that closes at once.
+    {
+        let mut c = UnixStream::connect(&r.socket).unwrap();
+        c.write_all(&connect_request("10.99.0.2:80")[..7]).unwrap();
+    }
+    drop(UnixStream::connect(&r.socket).unwrap());
+    assert!(
+        next_packet(&r.port, Duration::from_millis(200)).is_none(),
+        "a bad request sent a packet"
+    );
+
+    // A good request: the stack sends a SYN from its address to the destination.
+    let (_mine, theirs) = pair();
+    let mut c = UnixStream::connect(&r.socket).unwrap();
+    let fds = [theirs.as_raw_fd()];
+    let request = connect_request("10.99.0.2:80");
+    sendmsg::<()>(
+        c.as_raw_fd(),
+        &[IoSlice::new(&request)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        None,
+    )
+    .unwrap();
+    let syn = next_packet(&r.port, Duration::from_secs(5)).expect("a SYN towards the plane");
+    assert_eq!(syn[0] >> 4, 4, "IPv4");
+    assert_eq!(syn[9], 6, "TCP");
+    assert_eq!(&syn[12..16], &[10, 99, 0, 1], "from the stack's address");
+    assert_eq!(&syn[16..20], &[10, 99, 0, 2], "to the destination");
+    let tcp = &syn[usize::from(syn[0] & 0xf) * 4..];
+    assert_eq!(u16::from_be_bytes([tcp[2], tcp[3]]), 80);
+    assert_eq!(tcp[13] & 0x12, 0x02, "SYN without ACK");
+    // Nobody answers: no reply yet (the connect waits for the peer).
+    c.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let mut reply = [0u8; REPLY_LEN];
+    assert!(c.read_exact(&mut reply).is_err(), "answered before the peer did");
+}
+
+#[test]
+fn a_request_sent_slowly_is_dropped_after_its_deadline_and_others_are_served_meanwhile() {
+    let r = start();
+    let mut slow = UnixStream::connect(&r.socket).unwrap();
+    slow.write_all(&connect_request("10.99.0.2:80")[..3]).unwrap();
+    // Meanwhile another application is served.
+    let junk = vec![0u8; connect_request("10.99.0.2:80").len()];
+    assert_eq!(ask(&r.socket, &junk, None).map(|x| x.errno), Some(libc::EPROTO));
+    slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 1];
+    let n = slow.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "the slow request was answered");
+    assert!(start.elapsed() < Duration::from_secs(8), "not dropped in time");
+}
