@@ -178,7 +178,23 @@ t_nc() {
     cmp "$WORK/nc.in" "$WORK/nc.out" || fail "nc: bytes differ"
 }
 
+# Python clients: a blocking socket, selectors (epoll) with a non-blocking one, asyncio; one
+# that registers its socket with epoll before connecting (the registration must survive the
+# swap of its descriptor); and one that forks a child which uses the inherited socket.
+t_python_clients() {
+    setup
+    mkdir -p "$WORK/www"
+    echo through >"$WORK/www/where"
+    http_server "$NS_B" "$IN_B" 8000 "$WORK/www"
+    sed "s/@B@/$IN_B/" "$(dirname "$0")/clients.py" >"$WORK/clients.py"
+    local got
+    got=$(ordo_run "$PY" "$WORK/clients.py") || fail "the clients failed: $got"
+    log "$(echo "$got" | sed 's/^/    /')"
+    [[ $(grep -c ' through$' <<<"$got") == 5 ]] || fail "not every client got through"
+}
+
 run_test "curl_download[$PEER]" t_curl_download
+run_test "python_clients[$PEER]" t_python_clients
 run_test "iperf3[$PEER]" t_iperf3
 run_test "nc[$PEER]" t_nc
 run_test "tunnel_and_kernel[$PEER]" t_tunnel_and_kernel

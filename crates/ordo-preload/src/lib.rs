@@ -16,6 +16,7 @@
 
 mod addr;
 mod attach;
+mod epoll;
 mod real;
 mod sockets;
 
@@ -163,6 +164,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
     } else {
         0
     };
+    let old_inode = sockets::socket_inode(fd);
     let stand_in = mine.into_raw_fd();
     // SAFETY: both are open descriptors; dup3 atomically replaces `fd`'s file.
     let r = unsafe { libc::dup3(stand_in, fd, cloexec) };
@@ -176,6 +178,9 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
     }
     if let Some(inode) = sockets::socket_inode(fd) {
+        if let Some(old) = old_inode {
+            epoll::carry_over(fd, old, inode);
+        }
         sockets::remember(sockets::TunnelSocket {
             inode,
             family,
@@ -318,4 +323,22 @@ unsafe fn copy_out<T>(v: &T, out: *mut libc::c_void, len: *mut socklen_t) {
         std::ptr::copy_nonoverlapping((v as *const T).cast::<u8>(), out.cast::<u8>(), n);
         *len = n as socklen_t;
     }
+}
+
+/// epoll_ctl(2): the C library's, and a note of each socket's registration, so that a
+/// socket registered before it connects keeps its registration through the swap.
+///
+/// # Safety
+/// As epoll_ctl(2).
+#[no_mangle]
+pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int {
+    // SAFETY: the caller's arguments, unchanged.
+    let r = unsafe { real::epoll_ctl(epfd, op, fd, event) };
+    if r == 0 && settings().is_some() {
+        // SAFETY: for ADD and MOD, epoll_ctl just read `event`, so it is readable; it may be
+        // unaligned (the structure is packed on some targets).
+        let e = (!event.is_null() && op != libc::EPOLL_CTL_DEL).then(|| unsafe { std::ptr::read_unaligned(event) });
+        let _ = std::panic::catch_unwind(|| epoll::note(epfd, op, fd, e));
+    }
+    r
 }

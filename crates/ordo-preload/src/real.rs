@@ -43,10 +43,12 @@ static GETSOCKNAME: Real = Real::new(b"getsockname\0");
 static GETPEERNAME: Real = Real::new(b"getpeername\0");
 static SETSOCKOPT: Real = Real::new(b"setsockopt\0");
 static GETSOCKOPT: Real = Real::new(b"getsockopt\0");
+static EPOLL_CTL: Real = Real::new(b"epoll_ctl\0");
 
 type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
 type NameFn = unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
 type SetOptFn = unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int;
+type EpollCtlFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int;
 type GetOptFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
 
 /// The C library's connect.
@@ -102,4 +104,15 @@ pub unsafe fn getsockopt(fd: c_int, level: c_int, name: c_int, value: *mut c_voi
     let f: GetOptFn = unsafe { std::mem::transmute::<usize, GetOptFn>(GETSOCKOPT.get()) };
     // SAFETY: the caller's contract is getsockopt(2)'s.
     unsafe { f(fd, level, name, value, len) }
+}
+
+/// The C library's epoll_ctl.
+///
+/// # Safety
+/// As epoll_ctl(2).
+pub unsafe fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int {
+    // SAFETY: the address is the C library's `epoll_ctl`, whose type this is.
+    let f: EpollCtlFn = unsafe { std::mem::transmute::<usize, EpollCtlFn>(EPOLL_CTL.get()) };
+    // SAFETY: the caller's contract is epoll_ctl(2)'s.
+    unsafe { f(epfd, op, fd, event) }
 }
