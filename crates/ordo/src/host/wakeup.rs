@@ -80,7 +80,9 @@ impl<T> Inbox<T> {
         })
     }
 
-    /// Queues `item`; false (counted) if the inbox is full.
+    /// Queues `item`; false (counted) if the inbox is full. Only the first item into an
+    /// empty inbox rings its wake-up: the others find it readable already (a system call per
+    /// item was most of the cost of a busy inbox).
     pub fn push(&self, item: T) -> bool {
         let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
         if items.len() >= self.capacity {
@@ -88,18 +90,24 @@ impl<T> Inbox<T> {
             return false;
         }
         items.push_back(item);
-        self.wakeup.ring();
+        if items.len() == 1 {
+            self.wakeup.ring();
+        }
         true
     }
 
     /// Moves up to `max` items into `out`; the wake-up stays readable while items remain.
+    /// Under the lock, as in [`Inbox::push`], the wake-up is readable exactly when items wait
+    /// (or the inbox is closed): so only a take that empties it clears it.
     pub fn take(&self, out: &mut Vec<T>, max: usize) {
         let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
-        self.wakeup.clear();
+        if items.is_empty() {
+            return;
+        }
         let n = max.min(items.len());
         out.extend(items.drain(..n));
-        if !items.is_empty() || self.is_closed() {
-            self.wakeup.ring();
+        if items.is_empty() && !self.is_closed() {
+            self.wakeup.clear();
         }
     }
 
@@ -116,6 +124,8 @@ impl<T> Inbox<T> {
 
     /// Closes the inbox: its wake-up stays readable, so waiters notice.
     pub fn close(&self) {
+        // Under the lock: a take that empties the inbox must not clear this ring.
+        let _items = self.items.lock().unwrap_or_else(|p| p.into_inner());
         self.closed.store(true, Ordering::SeqCst);
         self.wakeup.ring();
     }
