@@ -1,10 +1,18 @@
 //! The stack's network device, as smoltcp sees it (`phy::Device`, IP medium: no link layer):
 //! received packets are those the plane delivered, and transmitted ones go to the plane's
 //! reader, each in a buffer with the room sealing needs around it.
+//!
+//! The device offers TCP segmentation offload: smoltcp hands over up to 64 KB of a stream
+//! in one packet, which [`crate::packet::segment`] splits into wire-sized segments (as it does
+//! TUN's TSO packets), so that the stack's per-segment work is done once per 64 KB.
 
 use crate::host::wakeup::Inbox;
+use crate::packet::checksum::{fold, sum16};
+use crate::packet::ip::fix_ip;
+use crate::packet::segment::segment_tso;
+use crate::packet::{Offload, PartialChecksum, Segmentation};
 use crate::port::{buffers, HEADROOM, TAILROOM};
-use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium};
+use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium, PacketMeta};
 use smoltcp::time::Instant;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,8 +56,51 @@ impl Link {
     }
 }
 
+/// The largest packet smoltcp may hand over for segmentation.
+const TSO_MAX: usize = 65535;
+
 pub struct Rx(Vec<u8>);
-pub struct Tx<'a>(&'a Wires);
+pub struct Tx<'a> {
+    wires: &'a Wires,
+    /// The segment size smoltcp asks for, when the packet is to be segmented.
+    segment_size: Option<u16>,
+}
+
+impl<'a> Tx<'a> {
+    fn new(wires: &'a Wires) -> Tx<'a> {
+        Tx {
+            wires,
+            segment_size: None,
+        }
+    }
+
+    fn push(&self, p: Vec<u8>) {
+        // A full inbox drops the packet, counted there; TCP sends it again.
+        if self.wires.to_plane.push(p) {
+            self.wires.packets_out.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The offload of a TCP packet smoltcp asked to have cut into `mss`-byte segments (the
+/// transport header starts after the IP header; its checksum is recomputed per segment).
+fn tcp_offload(p: &[u8], mss: u16) -> Option<Offload> {
+    let (segmentation, ip_len) = match p.first()? >> 4 {
+        4 => (Segmentation::Tcp4, usize::from(p[0] & 0x0f) * 4),
+        6 if p.len() > 40 && p[6] == 6 => (Segmentation::Tcp6, 40),
+        _ => return None,
+    };
+    let doff = usize::from(p.get(ip_len + 12)? >> 4) * 4;
+    Some(Offload {
+        segmentation,
+        header_len: u16::try_from(ip_len + doff).ok()?,
+        segment_size: mss,
+        checksum: Some(PartialChecksum {
+            start: u16::try_from(ip_len).ok()?,
+            offset: 16,
+        }),
+    })
+}
 
 impl phy::RxToken for Rx {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
@@ -59,16 +110,52 @@ impl phy::RxToken for Rx {
     }
 }
 
+/// Computes the TCP checksum of a packet smoltcp made without it (the device offers
+/// checksum offload, which segmentation offload requires); other packets are left alone.
+fn tcp_checksum(p: &mut [u8]) {
+    let (v6, ip_len) = match p.first().map(|b| b >> 4) {
+        Some(4) if p.len() >= 20 && p[9] == 6 => (false, usize::from(p[0] & 0x0f) * 4),
+        Some(6) if p.len() >= 40 && p[6] == 6 => (true, 40),
+        _ => return,
+    };
+    if p.len() < ip_len + 20 {
+        return;
+    }
+    let total = p.len();
+    let pseudo = fix_ip(p, v6, ip_len, total, None, 6);
+    let t = &mut p[ip_len..];
+    t[16..18].fill(0);
+    let c = !fold(sum16(pseudo, t));
+    t[16..18].copy_from_slice(&c.to_be_bytes());
+}
+
 impl phy::TxToken for Tx<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let mut p = buffers::take(HEADROOM + len + TAILROOM);
         p.resize(HEADROOM + len, 0);
         let r = f(&mut p[HEADROOM..]);
-        // A full inbox drops the packet, counted there; TCP sends it again.
-        if self.0.to_plane.push(p) {
-            self.0.packets_out.fetch_add(1, Ordering::Relaxed);
+        let offload = self.segment_size.and_then(|mss| tcp_offload(&p[HEADROOM..], mss));
+        match offload {
+            Some(o) => {
+                let mut segments = Vec::new();
+                // A packet that does not match its offload (which smoltcp does not make) is
+                // dropped whole: TCP sends it again.
+                segment_tso(o, &p[HEADROOM..], HEADROOM, &mut segments);
+                buffers::give([p]);
+                for s in segments {
+                    self.push(s);
+                }
+            }
+            None => {
+                tcp_checksum(&mut p[HEADROOM..]);
+                self.push(p);
+            }
         }
         r
+    }
+
+    fn set_meta(&mut self, meta: PacketMeta) {
+        self.segment_size = meta.segmentation_offload_size.map(|s| s.get());
     }
 }
 
@@ -79,11 +166,11 @@ impl phy::Device for Link {
     fn receive(&mut self, _now: Instant) -> Option<(Rx, Tx<'_>)> {
         let p = self.pending.pop_front()?;
         self.wires.packets_in.fetch_add(1, Ordering::Relaxed);
-        Some((Rx(p), Tx(&self.wires)))
+        Some((Rx(p), Tx::new(&self.wires)))
     }
 
     fn transmit(&mut self, _now: Instant) -> Option<Tx<'_>> {
-        Some(Tx(&self.wires))
+        Some(Tx::new(&self.wires))
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
@@ -93,6 +180,10 @@ impl phy::Device for Link {
         // Packets from the plane were authenticated by the tunnel, but a peer may still
         // forward a corrupt one: verify checksums on receive, compute them on send.
         caps.checksum.ipv4 = Checksum::Both;
+        // Segmentation offload requires the TCP checksum offloaded on send: computed here.
+        caps.checksum.tcp = Checksum::Rx;
+        caps.segmentation.tcpv4 = std::num::NonZeroUsize::new(TSO_MAX);
+        caps.segmentation.tcpv6 = std::num::NonZeroUsize::new(TSO_MAX);
         caps
     }
 }
