@@ -187,3 +187,42 @@ impl phy::Device for Link {
         caps
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::fixtures::{seg, tcp_checksum_ok, TCP_ACK};
+
+    #[test]
+    fn tcp_packets_leave_with_their_checksum_and_others_untouched() {
+        let mut p = seg(1000, b"some payload", TCP_ACK);
+        p[36..38].fill(0);
+        assert!(!tcp_checksum_ok(&p, 20));
+        tcp_checksum(&mut p);
+        assert!(tcp_checksum_ok(&p, 20));
+        let mut udp = p.clone();
+        udp[9] = 17;
+        let before = udp.clone();
+        tcp_checksum(&mut udp);
+        assert_eq!(udp, before, "not TCP: left alone");
+        tcp_checksum(&mut [0x45, 0, 0]);
+    }
+
+    #[test]
+    fn a_large_segment_is_cut_at_the_mss_smoltcp_asked_for() {
+        let payload: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        let big = seg(7, &payload, TCP_ACK);
+        let o = tcp_offload(&big, 1380).expect("an IPv4 TCP packet");
+        let mut out = Vec::new();
+        assert!(segment_tso(o, &big, HEADROOM, &mut out));
+        assert_eq!(out.len(), 4);
+        let mut joined = Vec::new();
+        for s in &out {
+            let p = &s[HEADROOM..];
+            assert!(tcp_checksum_ok(p, 20));
+            joined.extend_from_slice(&p[40..]);
+        }
+        assert_eq!(joined, payload);
+        assert_eq!(tcp_offload(&[0x60, 0, 0], 1380), None);
+    }
+}
