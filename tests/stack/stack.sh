@@ -126,21 +126,33 @@ for url in ['http://$IN_B:8000/where', 'http://$OUT_B:8001/where', 'http://127.0
     grep "^$OUT_A " "$LOGDIR/http-8001.log" >/dev/null || fail "the outside request did not come from $OUT_A"
 }
 
-# A connection refused at the far end is refused for the program too (ECONNREFUSED), and
-# the program goes on.
+# A connection refused at the far end is refused for the program too: ECONNREFUSED from a
+# blocking connect, and from a non-blocking one EINPROGRESS, then writable, then
+# ECONNREFUSED in SO_ERROR; and a non-blocking connect that succeeds says EINPROGRESS, then
+# becomes writable and SO_ERROR is 0. The program goes on after each.
 t_refused() {
     setup
+    mkdir -p "$WORK/www"
+    http_server "$NS_B" "$IN_B" 8000 "$WORK/www"
     local got
     got=$(ordo_run "$PY" -c "
-import socket
+import errno, select, socket
 s = socket.socket()
 try:
     s.connect(('$IN_B', 9))
     print('connected')
 except ConnectionRefusedError:
     print('refused')
-") || fail "the program failed"
-    [[ $got == refused ]] || fail "got: $got"
+for port, want in [(9, errno.ECONNREFUSED), (8000, 0)]:
+    s = socket.socket()
+    s.setblocking(False)
+    e = s.connect_ex(('$IN_B', port))
+    assert e == errno.EINPROGRESS, f'connect_ex gave {e}'
+    _, w, _ = select.select([], [s], [], 10)
+    assert w, 'never writable'
+    print(port, s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == want)
+") || fail "the program failed: $got"
+    [[ $got == $'refused\n9 True\n8000 True' ]] || fail "got: $got"
 }
 
 # iperf3 (select-driven, non-blocking sockets) through the stack, each way: the bytes the

@@ -27,7 +27,7 @@ const MAGIC: [u8; 4] = *b"ORDA";
 pub const VERSION: u8 = 1;
 
 /// Bytes of an encoded [`Request`].
-pub const REQUEST_LEN: usize = 28;
+pub const REQUEST_LEN: usize = 36;
 /// Bytes of an encoded [`Reply`].
 pub const REPLY_LEN: usize = 48;
 
@@ -60,6 +60,21 @@ pub struct Request {
     pub op: Op,
     /// Where to connect.
     pub addr: SocketAddr,
+    /// A non-blocking connect: the application has its stand-in already and was told
+    /// EINPROGRESS. So that the stand-in becomes writable only once the connection is
+    /// established (what the application waits for), the library filled the application's
+    /// end with `filler` bytes under a minimal send buffer; the service discards exactly
+    /// those, then gives the application's end its send buffer back (`sndbuf` bytes), through
+    /// a copy of that end sent as a second descriptor. None: a blocking connect, answered
+    /// when it is established or failed.
+    pub nonblocking: Option<Filler>,
+}
+
+/// What a non-blocking connect's stand-in was filled with (see [`Request::nonblocking`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Filler {
+    pub filler: u32,
+    pub sndbuf: u32,
 }
 
 /// The service's answer.
@@ -81,6 +96,8 @@ pub enum DecodeError {
     Version(u8),
     Op(u8),
     Family(u8),
+    /// Flags or reserved bytes that are not what this version writes.
+    Flags,
 }
 
 impl fmt::Display for DecodeError {
@@ -91,6 +108,7 @@ impl fmt::Display for DecodeError {
             DecodeError::Version(v) => write!(f, "protocol version {v}, expected {VERSION}"),
             DecodeError::Op(o) => write!(f, "unknown operation {o}"),
             DecodeError::Family(x) => write!(f, "unknown address family {x}"),
+            DecodeError::Flags => write!(f, "unknown flags"),
         }
     }
 }
@@ -147,6 +165,11 @@ impl Request {
         b[4] = VERSION;
         b[5] = self.op.code();
         put_addr(&mut b[6..25], Some(self.addr));
+        if let Some(f) = self.nonblocking {
+            b[25] = 1;
+            b[26..30].copy_from_slice(&f.filler.to_le_bytes());
+            b[30..34].copy_from_slice(&f.sndbuf.to_le_bytes());
+        }
         b
     }
 
@@ -154,7 +177,16 @@ impl Request {
         check_header(b, REQUEST_LEN)?;
         let op = Op::from_code(b[5]).ok_or(DecodeError::Op(b[5]))?;
         let addr = get_addr(&b[6..25])?.ok_or(DecodeError::Family(0))?;
-        Ok(Request { op, addr })
+        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let nonblocking = match b[25] {
+            0 if b[26..].iter().all(|x| *x == 0) => None,
+            1 if b[34..].iter().all(|x| *x == 0) => Some(Filler {
+                filler: word(26),
+                sndbuf: word(30),
+            }),
+            _ => return Err(DecodeError::Flags),
+        };
+        Ok(Request { op, addr, nonblocking })
     }
 }
 
@@ -241,11 +273,20 @@ mod tests {
     #[test]
     fn messages_round_trip() {
         for addr in ["10.0.0.2:80", "[fd00::2]:443"] {
-            let r = Request {
-                op: Op::ConnectTcp,
-                addr: addr.parse().unwrap(),
-            };
-            assert_eq!(Request::decode(&r.encode()), Ok(r));
+            for nonblocking in [
+                None,
+                Some(Filler {
+                    filler: 4608,
+                    sndbuf: 212992,
+                }),
+            ] {
+                let r = Request {
+                    op: Op::ConnectTcp,
+                    addr: addr.parse().unwrap(),
+                    nonblocking,
+                };
+                assert_eq!(Request::decode(&r.encode()), Ok(r));
+            }
         }
         let reply = Reply {
             errno: 111,
@@ -260,8 +301,15 @@ mod tests {
         let good = Request {
             op: Op::ConnectTcp,
             addr: "10.0.0.2:80".parse().unwrap(),
+            nonblocking: None,
         }
         .encode();
+        let mut b = good;
+        b[25] = 2;
+        assert_eq!(Request::decode(&b), Err(DecodeError::Flags));
+        let mut b = good;
+        b[30] = 1;
+        assert_eq!(Request::decode(&b), Err(DecodeError::Flags));
         assert_eq!(Request::decode(&good[..10]), Err(DecodeError::Length));
         let mut b = good;
         b[0] = b'X';

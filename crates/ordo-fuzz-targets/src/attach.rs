@@ -42,6 +42,10 @@ pub fn seeds() -> Vec<Vec<u8>> {
     let request = Request {
         op: ordo_attach::Op::ConnectTcp,
         addr: "10.99.0.2:8000".parse().expect("an address"),
+        nonblocking: Some(ordo_attach::Filler {
+            filler: 4608,
+            sndbuf: 212992,
+        }),
     };
     let reply = Reply {
         errno: 0,

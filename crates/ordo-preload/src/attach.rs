@@ -28,6 +28,15 @@ pub fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Sends `request` and the descriptor `pass` to the service at `socket`; waits for its reply.
 pub fn ask(socket: &Path, request: &Request, pass: RawFd) -> io::Result<Reply> {
+    let control = send(socket, request, &[pass])?;
+    let mut buf = [0u8; REPLY_LEN];
+    read_exact(control.as_raw_fd(), &mut buf)?;
+    decode(&buf)
+}
+
+/// Sends `request` and the descriptors `pass` to the service at `socket`, and returns the
+/// connection on which the reply will come.
+pub fn send(socket: &Path, request: &Request, pass: &[RawFd]) -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2).
     let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
@@ -36,10 +45,45 @@ pub fn ask(socket: &Path, request: &Request, pass: RawFd) -> io::Result<Reply> {
     // SAFETY: a descriptor socket(2) just returned, owned by nobody else.
     let control = unsafe { OwnedFd::from_raw_fd(raw) };
     connect_unix(control.as_raw_fd(), socket)?;
-    send_with_fd(control.as_raw_fd(), &request.encode(), pass)?;
+    send_with_fds(control.as_raw_fd(), &request.encode(), pass)?;
+    Ok(control)
+}
+
+/// The reply on `control` if it has arrived whole (None: not yet). The service writes a reply
+/// in one piece, far smaller than a socket buffer, so a reply is there whole or not at all.
+pub fn try_reply(control: RawFd) -> io::Result<Option<Reply>> {
     let mut buf = [0u8; REPLY_LEN];
-    read_exact(control.as_raw_fd(), &mut buf)?;
-    Reply::decode(&buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    // SAFETY: reading into `buf`, REPLY_LEN writable bytes.
+    let n = unsafe {
+        libc::recv(
+            control,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_PEEK,
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    if n == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the service closed the request",
+        ));
+    }
+    if (n as usize) < REPLY_LEN {
+        return Ok(None);
+    }
+    read_exact(control, &mut buf)?;
+    decode(&buf).map(Some)
+}
+
+fn decode(buf: &[u8]) -> io::Result<Reply> {
+    Reply::decode(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 fn connect_unix(fd: RawFd, path: &Path) -> io::Result<()> {
@@ -68,9 +112,11 @@ fn connect_unix(fd: RawFd, path: &Path) -> io::Result<()> {
     }
 }
 
-fn send_with_fd(fd: RawFd, bytes: &[u8], pass: RawFd) -> io::Result<()> {
-    // Room for one descriptor's control message, aligned as cmsghdr wants.
+fn send_with_fds(fd: RawFd, bytes: &[u8], pass: &[RawFd]) -> io::Result<()> {
+    debug_assert!((1..=2).contains(&pass.len()));
+    // Room for two descriptors' control message, aligned as cmsghdr wants.
     let mut control = [0u64; 4];
+    let fds_len = std::mem::size_of_val(pass) as u32;
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr() as *mut libc::c_void,
         iov_len: bytes.len(),
@@ -81,16 +127,18 @@ fn send_with_fd(fd: RawFd, bytes: &[u8], pass: RawFd) -> io::Result<()> {
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
     // SAFETY: CMSG_SPACE only computes a size.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(fds_len) } as usize;
     debug_assert!(msg.msg_controllen <= std::mem::size_of_val(&control));
-    // SAFETY: msg_control points to `control`, large enough for one cmsghdr with one
-    // descriptor (msg_controllen says so); CMSG_FIRSTHDR and CMSG_DATA stay inside it.
+    // SAFETY: msg_control points to `control`, large enough for one cmsghdr with two
+    // descriptors (msg_controllen says so); CMSG_FIRSTHDR and CMSG_DATA stay inside it.
     unsafe {
         let c = libc::CMSG_FIRSTHDR(&msg);
         (*c).cmsg_level = libc::SOL_SOCKET;
         (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), pass);
+        (*c).cmsg_len = libc::CMSG_LEN(fds_len) as usize;
+        for (i, p) in pass.iter().enumerate() {
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>().add(i), *p);
+        }
     }
     loop {
         // SAFETY: `msg` describes `bytes` and the control buffer, both alive for the call.

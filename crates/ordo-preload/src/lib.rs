@@ -111,6 +111,20 @@ pub unsafe extern "C" fn connect(fd: c_int, address: *const sockaddr, len: sockl
 }
 
 fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -> c_int {
+    // Answers that came for programs that never asked (SO_ERROR) are read here, so that the
+    // connections to the service they came on do not pile up.
+    for t in sockets::pending() {
+        connect_result(&t);
+    }
+    if let Some(t) = sockets::lookup(fd) {
+        // connect(2) again on a socket already swapped: in progress, or done.
+        set_errno(if t.pending.is_some() {
+            libc::EALREADY
+        } else {
+            libc::EISCONN
+        });
+        return -1;
+    }
     let (Some(ty), Some(family)) = (socket_type(fd), socket_family(fd)) else {
         set_errno(libc::ENOTSOCK);
         return -1;
@@ -130,33 +144,43 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
     };
     let (mine, theirs) = match attach::socket_pair() {
         Ok(p) => p,
-        Err(e) => {
-            set_errno(e.raw_os_error().unwrap_or(libc::EIO));
-            return -1;
-        }
+        Err(e) => return fail(e),
     };
-    let request = Request {
-        op: Op::ConnectTcp,
-        addr: dest,
-    };
-    let reply = attach::ask(&s.socket, &request, theirs.as_raw_fd());
-    drop(theirs);
-    let reply = match reply {
-        Ok(r) => r,
-        Err(e) => {
-            // The service is gone or refused us: fail closed (never the kernel's route).
-            set_errno(e.raw_os_error().unwrap_or(libc::ENETUNREACH));
-            return -1;
-        }
-    };
-    if reply.errno != 0 {
-        set_errno(reply.errno);
-        return -1;
-    }
     // The stand-in takes the program's descriptor number, with its flags: O_NONBLOCK lives
     // in the open file, FD_CLOEXEC in the descriptor.
     // SAFETY: fcntl on the program's descriptor, reading flags only.
     let status = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    let nonblocking = status >= 0 && status & libc::O_NONBLOCK != 0;
+    let (reply, pending) = if nonblocking {
+        let filler = match fill(mine.as_raw_fd()) {
+            Ok(f) => f,
+            Err(e) => return fail(e),
+        };
+        let request = Request {
+            op: Op::ConnectTcp,
+            addr: dest,
+            nonblocking: Some(filler),
+        };
+        match attach::send(&s.socket, &request, &[theirs.as_raw_fd(), mine.as_raw_fd()]) {
+            Ok(control) => (None, Some(control)),
+            Err(e) => return fail_closed(e),
+        }
+    } else {
+        let request = Request {
+            op: Op::ConnectTcp,
+            addr: dest,
+            nonblocking: None,
+        };
+        match attach::ask(&s.socket, &request, theirs.as_raw_fd()) {
+            Ok(r) if r.errno != 0 => {
+                set_errno(r.errno);
+                return -1;
+            }
+            Ok(r) => (Some(r), None),
+            Err(e) => return fail_closed(e),
+        }
+    };
+    drop(theirs);
     // SAFETY: as above.
     let fd_flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
     let cloexec = if fd_flags >= 0 && fd_flags & libc::FD_CLOEXEC != 0 {
@@ -173,7 +197,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
     if r < 0 {
         return -1;
     }
-    if status >= 0 && status & libc::O_NONBLOCK != 0 {
+    if nonblocking {
         // SAFETY: setting a status flag on the descriptor we just put in place.
         unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
     }
@@ -184,11 +208,110 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         sockets::remember(sockets::TunnelSocket {
             inode,
             family,
-            local: reply.local,
-            remote: reply.remote.or(Some(dest)),
+            local: reply.and_then(|r| r.local),
+            remote: reply.and_then(|r| r.remote).or(Some(dest)),
+            pending: pending.map(IntoRawFd::into_raw_fd),
+            error: 0,
         });
     }
+    if nonblocking {
+        set_errno(libc::EINPROGRESS);
+        return -1;
+    }
     0
+}
+
+fn fail(e: std::io::Error) -> c_int {
+    set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+    -1
+}
+
+/// The service is gone or refused us: fail closed (never the kernel's route).
+fn fail_closed(e: std::io::Error) -> c_int {
+    set_errno(e.raw_os_error().unwrap_or(libc::ENETUNREACH));
+    -1
+}
+
+/// Makes the stand-in `fd` unwritable until the service drains it: its send buffer at the
+/// minimum, then filled. Returns what the service needs to undo it.
+fn fill(fd: c_int) -> std::io::Result<ordo_attach::Filler> {
+    let get = || {
+        let mut v: c_int = 0;
+        let mut len = std::mem::size_of::<c_int>() as socklen_t;
+        // SAFETY: `v` and `len` are a valid int option buffer.
+        let r = unsafe {
+            real::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&mut v as *mut c_int).cast(),
+                &mut len,
+            )
+        };
+        (r == 0).then_some(v)
+    };
+    let sndbuf = get().ok_or_else(std::io::Error::last_os_error)?;
+    let one: c_int = 1;
+    // SAFETY: an int option; the kernel raises it to its minimum.
+    unsafe {
+        real::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&one as *const c_int).cast(),
+            std::mem::size_of::<c_int>() as socklen_t,
+        )
+    };
+    let zeros = [0u8; 512];
+    let mut filler: u32 = 0;
+    loop {
+        // SAFETY: sending from a live buffer.
+        let n = unsafe {
+            libc::send(
+                fd,
+                zeros.as_ptr().cast(),
+                zeros.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n > 0 {
+            filler += n as u32;
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            break;
+        }
+        return Err(e);
+    }
+    Ok(ordo_attach::Filler {
+        filler,
+        sndbuf: sndbuf as u32,
+    })
+}
+
+/// The answer to a non-blocking connect, if it has come: its errno (0: established), and the
+/// socket's entry updated. None: still in progress. Under the table's lock, so that two
+/// threads asking at once do not both close the connection to the service.
+fn connect_result(t: &TunnelSocket) -> Option<c_int> {
+    sockets::update(t.inode, |e| {
+        let control = e.pending?;
+        let reply = match attach::try_reply(control) {
+            Ok(None) => return None,
+            Ok(Some(r)) => Some(r),
+            Err(_) => None,
+        };
+        // SAFETY: the table owned `control`; it is closed once, here, and forgotten.
+        unsafe { libc::close(control) };
+        e.pending = None;
+        e.error = reply.map_or(libc::ECONNABORTED, |r| r.errno);
+        if let Some(r) = reply {
+            e.local = r.local.or(e.local);
+            e.remote = r.remote.or(e.remote);
+        }
+        Some(e.error)
+    })
+    .flatten()
 }
 
 /// getsockname(2): a tunnel socket reports its address in the tunnel.
@@ -285,6 +408,16 @@ pub unsafe extern "C" fn getsockopt(
 ) -> c_int {
     if let Some(t) = tunnel_socket(fd) {
         let int = match (level, name) {
+            // A non-blocking connect's result, once: as the kernel reports it, then clears it.
+            (libc::SOL_SOCKET, libc::SO_ERROR) if t.pending.is_some() || t.error != 0 => {
+                let errno = if t.pending.is_some() {
+                    connect_result(&t).unwrap_or(0)
+                } else {
+                    t.error
+                };
+                sockets::update(t.inode, |e| e.error = 0);
+                Some(errno)
+            }
             (libc::SOL_SOCKET, libc::SO_DOMAIN) => Some(t.family),
             (libc::SOL_SOCKET, libc::SO_PROTOCOL) => Some(libc::IPPROTO_TCP),
             (libc::IPPROTO_TCP, libc::TCP_INFO) => {

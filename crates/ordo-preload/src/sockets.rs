@@ -16,6 +16,12 @@ pub struct TunnelSocket {
     pub family: i32,
     pub local: Option<SocketAddr>,
     pub remote: Option<SocketAddr>,
+    /// A non-blocking connect not yet answered: the connection to the service its answer
+    /// will come on (the table owns it; closed once the answer is read).
+    pub pending: Option<i32>,
+    /// The failed connect's errno, for SO_ERROR once, when the answer was read before the
+    /// program asked for it (0: none).
+    pub error: i32,
 }
 
 static TABLE: Mutex<Vec<TunnelSocket>> = Mutex::new(Vec::new());
@@ -35,7 +41,10 @@ pub fn remember(s: TunnelSocket) {
     let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
     t.retain(|e| e.inode != s.inode);
     if t.len() >= MAX {
-        t.remove(0);
+        if let Some(control) = t.remove(0).pending {
+            // SAFETY: the table owned this descriptor; it is forgotten with its entry.
+            unsafe { libc::close(control) };
+        }
     }
     t.push(s);
 }
@@ -45,4 +54,17 @@ pub fn lookup(fd: i32) -> Option<TunnelSocket> {
     let inode = socket_inode(fd)?;
     let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
     t.iter().find(|e| e.inode == inode).copied()
+}
+
+/// Runs `f` on the entry of `inode` under the table's lock (`f` must not call back into this
+/// module); None if there is no such entry.
+pub fn update<R>(inode: u64, f: impl FnOnce(&mut TunnelSocket) -> R) -> Option<R> {
+    let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    t.iter_mut().find(|e| e.inode == inode).map(f)
+}
+
+/// The entries still waiting for a connect's answer.
+pub fn pending() -> Vec<TunnelSocket> {
+    let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    t.iter().filter(|e| e.pending.is_some()).copied().collect()
 }

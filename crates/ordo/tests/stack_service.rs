@@ -70,6 +70,7 @@ fn connect_request(addr: &str) -> Vec<u8> {
     Request {
         op: Op::ConnectTcp,
         addr: addr.parse().unwrap(),
+        nonblocking: None,
     }
     .encode()
     .to_vec()

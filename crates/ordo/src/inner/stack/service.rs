@@ -101,12 +101,22 @@ impl Drop for Service {
     }
 }
 
-/// A request being read: the bytes so far and the descriptor that came with them.
+/// A request being read: the bytes so far and the descriptors that came with them (at most
+/// two are kept).
 struct PendingRequest {
     control: UnixStream,
     bytes: Vec<u8>,
-    passed: Option<OwnedFd>,
+    passed: Vec<OwnedFd>,
     deadline: Instant,
+}
+
+/// A non-blocking connect's stand-in, to be made writable once established.
+struct Unfill {
+    /// Filler bytes still to discard from the application's end.
+    left: u32,
+    /// A copy of the application's end, to give it back its send buffer.
+    app_end: OwnedFd,
+    sndbuf: u32,
 }
 
 /// A connection of an application through the stack.
@@ -121,6 +131,8 @@ struct Connection {
     app_done_writing: bool,
     /// The application was told the peer will send no more.
     told_app_eof: bool,
+    /// For a non-blocking connect: what to undo once established.
+    unfill: Option<Unfill>,
 }
 
 struct State {
@@ -286,7 +298,7 @@ impl State {
             self.pending.push(PendingRequest {
                 control,
                 bytes: Vec::with_capacity(REQUEST_LEN),
-                passed: None,
+                passed: Vec::new(),
                 deadline: Instant::now() + REQUEST_DEADLINE,
             });
         }
@@ -321,15 +333,14 @@ impl State {
         let mut i = 0;
         while i < self.pending.len() {
             let p = &mut self.pending[i];
-            let done = match recv_with_fd(p.control.as_raw_fd(), REQUEST_LEN - p.bytes.len()) {
-                Ok((bytes, fd)) => {
-                    let closed = bytes.is_empty() && fd.is_none();
+            let done = match recv_with_fds(p.control.as_raw_fd(), REQUEST_LEN - p.bytes.len()) {
+                Ok((bytes, fds)) => {
+                    let closed = bytes.is_empty() && fds.is_empty();
                     p.bytes.extend_from_slice(&bytes);
-                    if let Some(fd) = fd {
-                        // A second descriptor is a protocol error: keep the first, the
-                        // request will be refused below if it is not the right kind.
-                        p.passed.get_or_insert(fd);
-                    }
+                    // Descriptors beyond two are closed: the request is refused below if
+                    // those kept are not what it needs.
+                    let room = 2usize.saturating_sub(p.passed.len());
+                    p.passed.extend(fds.into_iter().take(room));
                     closed || p.bytes.len() == REQUEST_LEN
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => now >= p.deadline,
@@ -353,17 +364,31 @@ impl State {
         };
         match request.op {
             Op::ConnectTcp => {
-                let Some(app) = p.passed.filter(|fd| is_unix_stream(fd.as_raw_fd())) else {
+                let needed = if request.nonblocking.is_some() { 2 } else { 1 };
+                if p.passed.len() != needed || !p.passed.iter().all(|fd| is_unix_stream(fd.as_raw_fd())) {
                     return reply(&p.control, libc::EPROTO, None, None);
-                };
-                if let Err(errno) = self.connect(request.addr, app, p.control.try_clone()) {
+                }
+                let mut passed = p.passed.into_iter();
+                let app = passed.next().expect("checked above");
+                let unfill = request.nonblocking.map(|f| Unfill {
+                    left: f.filler,
+                    app_end: passed.next().expect("checked above"),
+                    sndbuf: f.sndbuf,
+                });
+                if let Err(errno) = self.connect(request.addr, app, unfill, p.control.try_clone()) {
                     reply(&p.control, errno, None, None);
                 }
             }
         }
     }
 
-    fn connect(&mut self, to: SocketAddr, app: OwnedFd, control: io::Result<UnixStream>) -> Result<(), i32> {
+    fn connect(
+        &mut self,
+        to: SocketAddr,
+        app: OwnedFd,
+        unfill: Option<Unfill>,
+        control: io::Result<UnixStream>,
+    ) -> Result<(), i32> {
         if self.connections.len() >= MAX_CONNECTIONS {
             return Err(libc::EMFILE);
         }
@@ -392,6 +417,7 @@ impl State {
             waiting: Some((control, Instant::now() + CONNECT_TIMEOUT)),
             app_done_writing: false,
             told_app_eof: false,
+            unfill,
         });
         Ok(())
     }
@@ -471,6 +497,36 @@ impl State {
 /// One established connection's turn; false once it is over.
 fn relay_one(c: &mut Connection, s: &mut tcp::Socket) -> bool {
     let fd = c.app.as_raw_fd();
+    if let Some(u) = &mut c.unfill {
+        // A non-blocking connect, now established: drop the filler that kept the stand-in
+        // unwritable, and give it its send buffer back; the application sees it writable.
+        let mut scratch = [0u8; 4096];
+        while u.left > 0 {
+            let want = scratch.len().min(u.left as usize);
+            // SAFETY: reading into `scratch`, at most its length.
+            let n = unsafe { libc::read(fd, scratch.as_mut_ptr().cast(), want) };
+            if n <= 0 {
+                break;
+            }
+            u.left -= n as u32;
+        }
+        if u.left > 0 {
+            return true;
+        }
+        let half = libc::c_int::try_from(u.sndbuf / 2).unwrap_or(libc::c_int::MAX);
+        // SAFETY: an int option on our copy of the application's end. The kernel doubles
+        // what is set, as it did for the value the library read.
+        unsafe {
+            libc::setsockopt(
+                u.app_end.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&half as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        c.unfill = None;
+    }
     // Application to peer: read straight into the send buffer.
     while !c.app_done_writing && s.can_send() {
         let r = s.send(|buf| {
@@ -564,9 +620,9 @@ fn is_unix_stream(fd: RawFd) -> bool {
     get(libc::SO_DOMAIN) == Some(libc::AF_UNIX) && get(libc::SO_TYPE) == Some(libc::SOCK_STREAM)
 }
 
-/// Reads up to `max` bytes and at most one passed descriptor (others are closed). Empty bytes
-/// and no descriptor: the other end closed.
-fn recv_with_fd(fd: RawFd, max: usize) -> io::Result<(Vec<u8>, Option<OwnedFd>)> {
+/// Reads up to `max` bytes and the descriptors passed with them. Empty bytes and no
+/// descriptor: the other end closed.
+fn recv_with_fds(fd: RawFd, max: usize) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     let mut bytes = vec![0u8; max];
     // Room for a few descriptors' control message, aligned as cmsghdr wants.
     let mut control = [0u64; 8];
@@ -586,7 +642,7 @@ fn recv_with_fd(fd: RawFd, max: usize) -> io::Result<(Vec<u8>, Option<OwnedFd>)>
         return Err(io::Error::last_os_error());
     }
     bytes.truncate(n as usize);
-    let mut first = None;
+    let mut fds = Vec::new();
     // SAFETY: walking the control messages the kernel wrote into `control`, within
     // msg_controllen; each SCM_RIGHTS payload is an array of descriptors now ours.
     unsafe {
@@ -596,14 +652,11 @@ fn recv_with_fd(fd: RawFd, max: usize) -> io::Result<(Vec<u8>, Option<OwnedFd>)>
                 let data = libc::CMSG_DATA(c).cast::<RawFd>();
                 let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
                 for k in 0..count {
-                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k)));
-                    if first.is_none() {
-                        first = Some(fd);
-                    }
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k))));
                 }
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok((bytes, first))
+    Ok((bytes, fds))
 }
