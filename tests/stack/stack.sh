@@ -205,7 +205,39 @@ t_python_clients() {
     [[ $(grep -c ' through$' <<<"$got") == 5 ]] || fail "not every client got through"
 }
 
+# UDP to a tunnel address is not carried yet: it fails closed (ENETUNREACH for connect,
+# sendto and sendmsg), never leaving by the kernel's route; UDP elsewhere is the kernel's.
+t_udp_fails_closed() {
+    setup
+    ip netns exec "$NS_B" "$PY" -c "
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('$OUT_B', 9999))
+s.settimeout(10)
+print(s.recv(100).decode())
+" >"$WORK/udp.out" &
+    local srv=$! got
+    sleep 0.3
+    got=$(ordo_run "$PY" -c "
+import errno, socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for name, call in [('sendto', lambda: s.sendto(b'x', ('$IN_B', 53))),
+                   ('sendmsg', lambda: s.sendmsg([b'x'], [], 0, ('$IN_B', 53))),
+                   ('connect', lambda: s.connect(('$IN_B', 53)))]:
+    try:
+        call()
+        print(name, 'sent')
+    except OSError as e:
+        print(name, e.errno == errno.ENETUNREACH)
+s.sendto(b'outside', ('$OUT_B', 9999))
+") || fail "the program failed: $got"
+    [[ $got == $'sendto True\nsendmsg True\nconnect True' ]] || fail "got: $got"
+    wait $srv
+    [[ $(cat "$WORK/udp.out") == outside ]] || fail "the datagram outside the tunnel did not arrive"
+}
+
 run_test "curl_download[$PEER]" t_curl_download
+run_test "udp_fails_closed[$PEER]" t_udp_fails_closed
 run_test "python_clients[$PEER]" t_python_clients
 run_test "iperf3[$PEER]" t_iperf3
 run_test "nc[$PEER]" t_nc

@@ -142,7 +142,7 @@ fn send_with_fds(fd: RawFd, bytes: &[u8], pass: &[RawFd]) -> io::Result<()> {
     }
     loop {
         // SAFETY: `msg` describes `bytes` and the control buffer, both alive for the call.
-        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        let n = unsafe { real::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
         if n == bytes.len() as isize {
             return Ok(());
         }

@@ -475,3 +475,79 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mu
     }
     r
 }
+
+/// Whether `addr` (a destination given with a datagram) is inside the tunnel's routes.
+///
+/// # Safety
+/// `addr` is null or points to `len` readable bytes.
+unsafe fn to_tunnel(addr: *const sockaddr, len: socklen_t) -> bool {
+    let Some(s) = settings() else { return false };
+    // SAFETY: the caller's contract.
+    let dest = unsafe { addr::read(addr, len) };
+    dest.is_some_and(|d| ordo_attach::through_tunnel(&s.routes, d.ip()))
+}
+
+/// sendto(2): a datagram (or a TCP fast open) to a tunnel address is not carried yet: it
+/// fails closed with ENETUNREACH, never leaving by the kernel's route.
+///
+/// # Safety
+/// As sendto(2).
+#[no_mangle]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const libc::c_void,
+    len: libc::size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    addr_len: socklen_t,
+) -> libc::ssize_t {
+    // SAFETY: the caller's address, as sendto(2) promises it.
+    if unsafe { to_tunnel(addr, addr_len) } {
+        set_errno(libc::ENETUNREACH);
+        return -1;
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { real::sendto(fd, buf, len, flags, addr, addr_len) }
+}
+
+/// sendmsg(2): as [`sendto`], for the message's destination.
+///
+/// # Safety
+/// As sendmsg(2).
+#[no_mangle]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> libc::ssize_t {
+    // SAFETY: `msg` is the caller's message header, as sendmsg(2) promises it.
+    if !msg.is_null() && unsafe { to_tunnel((*msg).msg_name.cast(), (*msg).msg_namelen) } {
+        set_errno(libc::ENETUNREACH);
+        return -1;
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { real::sendmsg(fd, msg, flags) }
+}
+
+/// sendmmsg(2): as [`sendto`]; the messages before the first to a tunnel address are sent,
+/// and their count returned (none: ENETUNREACH).
+///
+/// # Safety
+/// As sendmmsg(2).
+#[no_mangle]
+pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int) -> c_int {
+    let mut allowed = n;
+    if settings().is_some() && !msgs.is_null() {
+        for i in 0..n {
+            // SAFETY: `msgs` has `n` entries, as sendmmsg(2) promises.
+            let h = unsafe { &(*msgs.add(i as usize)).msg_hdr };
+            // SAFETY: the entry's own destination.
+            if unsafe { to_tunnel(h.msg_name.cast(), h.msg_namelen) } {
+                allowed = i;
+                break;
+            }
+        }
+    }
+    if allowed == 0 && n > 0 {
+        set_errno(libc::ENETUNREACH);
+        return -1;
+    }
+    // SAFETY: the caller's arguments, the count cut at the first refused message.
+    unsafe { real::sendmmsg(fd, msgs, allowed, flags) }
+}

@@ -44,10 +44,17 @@ static GETPEERNAME: Real = Real::new(b"getpeername\0");
 static SETSOCKOPT: Real = Real::new(b"setsockopt\0");
 static GETSOCKOPT: Real = Real::new(b"getsockopt\0");
 static EPOLL_CTL: Real = Real::new(b"epoll_ctl\0");
+static SENDTO: Real = Real::new(b"sendto\0");
+static SENDMSG: Real = Real::new(b"sendmsg\0");
+static SENDMMSG: Real = Real::new(b"sendmmsg\0");
 
 type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
 type NameFn = unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
 type SetOptFn = unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int;
+type SendToFn =
+    unsafe extern "C" fn(c_int, *const c_void, libc::size_t, c_int, *const sockaddr, socklen_t) -> libc::ssize_t;
+type SendMsgFn = unsafe extern "C" fn(c_int, *const libc::msghdr, c_int) -> libc::ssize_t;
+type SendMmsgFn = unsafe extern "C" fn(c_int, *mut libc::mmsghdr, libc::c_uint, c_int) -> c_int;
 type EpollCtlFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int;
 type GetOptFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
 
@@ -115,4 +122,44 @@ pub unsafe fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epo
     let f: EpollCtlFn = unsafe { std::mem::transmute::<usize, EpollCtlFn>(EPOLL_CTL.get()) };
     // SAFETY: the caller's contract is epoll_ctl(2)'s.
     unsafe { f(epfd, op, fd, event) }
+}
+
+/// The C library's sendto.
+///
+/// # Safety
+/// As sendto(2).
+pub unsafe fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    len: libc::size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    addr_len: socklen_t,
+) -> libc::ssize_t {
+    // SAFETY: the address is the C library's `sendto`, whose type this is.
+    let f: SendToFn = unsafe { std::mem::transmute::<usize, SendToFn>(SENDTO.get()) };
+    // SAFETY: the caller's contract is sendto(2)'s.
+    unsafe { f(fd, buf, len, flags, addr, addr_len) }
+}
+
+/// The C library's sendmsg.
+///
+/// # Safety
+/// As sendmsg(2).
+pub unsafe fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> libc::ssize_t {
+    // SAFETY: the address is the C library's `sendmsg`, whose type this is.
+    let f: SendMsgFn = unsafe { std::mem::transmute::<usize, SendMsgFn>(SENDMSG.get()) };
+    // SAFETY: the caller's contract is sendmsg(2)'s.
+    unsafe { f(fd, msg, flags) }
+}
+
+/// The C library's sendmmsg.
+///
+/// # Safety
+/// As sendmmsg(2).
+pub unsafe fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int) -> c_int {
+    // SAFETY: the address is the C library's `sendmmsg`, whose type this is.
+    let f: SendMmsgFn = unsafe { std::mem::transmute::<usize, SendMmsgFn>(SENDMMSG.get()) };
+    // SAFETY: the caller's contract is sendmmsg(2)'s.
+    unsafe { f(fd, msgs, n, flags) }
 }

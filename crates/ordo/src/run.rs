@@ -91,6 +91,11 @@ pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
     let status = child.wait().context("waiting for the program")?;
+    // SAFETY: back to the default dispositions: a Ctrl-C now ends the wait below.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+    }
     // What the program wrote before it ended is still on its way: deliver it first.
     service.linger();
     device.shutdown("the program ended");
