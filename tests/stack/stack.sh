@@ -30,12 +30,13 @@ setup() {
     KEY_A=$(genkey); KEY_B=$(genkey)
     PUB_A=$(pubkey "$KEY_A"); PUB_B=$(pubkey "$KEY_B")
     start_impl "$PEER" "$NS_B" "$IF_B"
-    configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "" "$IN_A/32,$IN6_A/128"
+    configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "$OUT_A:$PORT_A" "$IN_A/32,$IN6_A/128"
     inner_addresses "$NS_B" "$IF_B" "$IN_B" "$IN6_B"
     CONF="$WORK/a.conf"
     cat >"$CONF" <<EOF
 [Interface]
 PrivateKey = $KEY_A
+ListenPort = $PORT_A
 Address = $IN_A/24, $IN6_A/64
 
 [Peer]
@@ -236,7 +237,50 @@ s.sendto(b'outside', ('$OUT_B', 9999))
     [[ $(cat "$WORK/udp.out") == outside ]] || fail "the datagram outside the tunnel did not arrive"
 }
 
+# A server under `ordo run`: python's http.server bound to the tunnel address, reached from
+# the far end by curl (twice, and by two clients at once); nc listening, fed from the far end.
+t_servers() {
+    setup
+    mkdir -p "$WORK/www"
+    head -c 5M /dev/urandom >"$WORK/www/blob"
+    chmod -R a+rX "$WORK/www"
+    as_user "$ORDO" run -c "$CONF" -- "$PY" -m http.server 8080 --bind "$IN_A" --directory "$WORK/www" \
+        >"$LOGDIR/served.log" 2>&1 &
+    local server=$! want got
+    want=$(sha256sum <"$WORK/www/blob" | cut -d' ' -f1)
+    for _ in $(seq 50); do
+        ip netns exec "$NS_B" curl -s -o /dev/null --max-time 1 "http://$IN_A:8080/" && break
+        sleep 0.2
+    done
+    for i in 1 2; do
+        got=$(ip netns exec "$NS_B" curl -sS --max-time 30 "http://$IN_A:8080/blob" | sha256sum | cut -d' ' -f1)
+        [[ $got == "$want" ]] || fail "download $i from the server under ordo run differs"
+    done
+    ip netns exec "$NS_B" curl -sS --max-time 30 -o "$WORK/c1" "http://$IN_A:8080/blob" &
+    ip netns exec "$NS_B" curl -sS --max-time 30 -o "$WORK/c2" "http://$IN_A:8080/blob"
+    wait %2 2>/dev/null || true
+    for c in c1 c2; do
+        [[ $(sha256sum <"$WORK/$c" | cut -d' ' -f1) == "$want" ]] || fail "concurrent download $c differs"
+    done
+    grep "^$IN_B " "$LOGDIR/served.log" >/dev/null || fail "the server did not see the far end's address"
+    # One interface per listen port: the next `ordo run` takes it over.
+    pkill -f -- "-m http.server 8080" || true
+    wait $server 2>/dev/null || true
+    # nc listening on the tunnel address under ordo run, a file sent from the far end.
+    head -c 1M /dev/urandom >"$WORK/nc.in"
+    as_user "$ORDO" run -c "$CONF" -- nc -l -N "$IN_A" 7001 >"$WORK/nc.out" &
+    local srv=$!
+    # No probe first (nc -l takes one connection): the sender tries until the listener is up.
+    for _ in $(seq 50); do
+        ip netns exec "$NS_B" nc -N -w 10 "$IN_A" 7001 <"$WORK/nc.in" 2>/dev/null && break
+        sleep 0.2
+    done
+    wait $srv || true
+    cmp "$WORK/nc.in" "$WORK/nc.out" || fail "nc listening: bytes differ"
+}
+
 run_test "curl_download[$PEER]" t_curl_download
+run_test "servers[$PEER]" t_servers
 run_test "udp_fails_closed[$PEER]" t_udp_fails_closed
 run_test "python_clients[$PEER]" t_python_clients
 run_test "iperf3[$PEER]" t_iperf3

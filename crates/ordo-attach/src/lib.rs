@@ -37,18 +37,25 @@ pub enum Op {
     /// Connect a TCP stream to the address; the request carries the application's end of a
     /// socket pair, which becomes the stream.
     ConnectTcp,
+    /// Listen for TCP connections on the address (one of the stack's, and a port); the
+    /// request carries the service's end of a socket pair whose other end becomes the
+    /// application's listening socket. Each connection accepted comes over it as an
+    /// [`Accepted`] with the connection's descriptor.
+    ListenTcp,
 }
 
 impl Op {
     fn code(self) -> u8 {
         match self {
             Op::ConnectTcp => 1,
+            Op::ListenTcp => 2,
         }
     }
 
     fn from_code(c: u8) -> Option<Op> {
         match c {
             1 => Some(Op::ConnectTcp),
+            2 => Some(Op::ListenTcp),
             _ => None,
         }
     }
@@ -86,6 +93,36 @@ pub struct Reply {
     pub local: Option<SocketAddr>,
     /// The connection's remote address (getpeername), when it has one.
     pub remote: Option<SocketAddr>,
+}
+
+/// Bytes of an encoded [`Accepted`].
+pub const ACCEPTED_LEN: usize = 44;
+
+/// A connection accepted on a listening socket, sent by the service over the listening
+/// socket's pair with the connection's descriptor beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+}
+
+impl Accepted {
+    pub fn encode(&self) -> [u8; ACCEPTED_LEN] {
+        let mut b = [0u8; ACCEPTED_LEN];
+        b[..4].copy_from_slice(&MAGIC);
+        b[4] = VERSION;
+        put_addr(&mut b[5..24], Some(self.local));
+        put_addr(&mut b[24..43], Some(self.remote));
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Accepted, DecodeError> {
+        check_header(b, ACCEPTED_LEN)?;
+        Ok(Accepted {
+            local: get_addr(&b[5..24])?.ok_or(DecodeError::Family(0))?,
+            remote: get_addr(&b[24..43])?.ok_or(DecodeError::Family(0))?,
+        })
+    }
 }
 
 /// Why bytes are not a message.
@@ -288,6 +325,11 @@ mod tests {
                 assert_eq!(Request::decode(&r.encode()), Ok(r));
             }
         }
+        let accepted = Accepted {
+            local: "10.0.0.1:8000".parse().unwrap(),
+            remote: "[fd00::2]:50000".parse().unwrap(),
+        };
+        assert_eq!(Accepted::decode(&accepted.encode()), Ok(accepted));
         let reply = Reply {
             errno: 111,
             local: Some("10.0.0.1:40000".parse().unwrap()),

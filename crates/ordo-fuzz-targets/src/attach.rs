@@ -14,6 +14,9 @@ pub fn run(data: &[u8]) {
     if let Ok(r) = Reply::decode(data) {
         assert_eq!(Reply::decode(&r.encode()), Ok(r));
     }
+    if let Ok(a) = ordo_attach::Accepted::decode(data) {
+        assert_eq!(ordo_attach::Accepted::decode(&a.encode()), Ok(a));
+    }
     // The first bytes of any input, padded or cut to a message's size, reach the fields.
     let mut req = [0u8; REQUEST_LEN];
     let n = data.len().min(REQUEST_LEN);

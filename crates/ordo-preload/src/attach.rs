@@ -179,3 +179,54 @@ fn read_exact(fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// The next connection the service sent over a listening socket `fd`: what it says, and its
+/// descriptor (close-on-exec if asked). Blocks as the socket does (EAGAIN when non-blocking
+/// and none waits).
+pub fn recv_accepted(fd: RawFd, cloexec: bool) -> io::Result<(ordo_attach::Accepted, OwnedFd)> {
+    let mut bytes = [0u8; ordo_attach::ACCEPTED_LEN];
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_mut_ptr().cast(),
+        iov_len: bytes.len(),
+    };
+    // SAFETY: msghdr is plain data for which all zeros is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    let flags = if cloexec { libc::MSG_CMSG_CLOEXEC } else { 0 };
+    // SAFETY: `msg` describes `bytes` and `control`, alive for the call.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut passed = Vec::new();
+    // SAFETY: walking the control messages the kernel wrote into `control`; each
+    // SCM_RIGHTS payload is an array of descriptors now ours.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                for k in 0..count {
+                    passed.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    if n == 0 {
+        // The service is gone: the listening socket will give no more connections.
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let accepted = ordo_attach::Accepted::decode(&bytes[..n as usize])
+        .map_err(|_| io::Error::from_raw_os_error(libc::ECONNABORTED))?;
+    let conn = passed
+        .into_iter()
+        .next()
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ECONNABORTED))?;
+    Ok((accepted, conn))
+}

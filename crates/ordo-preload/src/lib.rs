@@ -22,7 +22,7 @@ mod sockets;
 
 use libc::{c_int, sockaddr, socklen_t};
 use ordo_attach::{Op, Request, Route};
-use std::os::fd::{AsRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -212,6 +212,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
             remote: reply.and_then(|r| r.remote).or(Some(dest)),
             pending: pending.map(IntoRawFd::into_raw_fd),
             error: 0,
+            listening: false,
         });
     }
     if nonblocking {
@@ -325,6 +326,11 @@ pub unsafe extern "C" fn getsockname(fd: c_int, out: *mut sockaddr, len: *mut so
     }) = tunnel_socket(fd)
     {
         // SAFETY: the caller's buffer and length, as getsockname(2) promises them.
+        unsafe { addr::write(a, family, out, len) };
+        return 0;
+    }
+    if let Some((a, family)) = bound_socket(fd) {
+        // SAFETY: as above.
         unsafe { addr::write(a, family, out, len) };
         return 0;
     }
@@ -550,4 +556,203 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::
     }
     // SAFETY: the caller's arguments, the count cut at the first refused message.
     unsafe { real::sendmmsg(fd, msgs, allowed, flags) }
+}
+
+/// The tunnel address a not yet listening socket was bound to, and its family.
+fn bound_socket(fd: c_int) -> Option<(std::net::SocketAddr, c_int)> {
+    settings()?;
+    let a = sockets::bound_to(sockets::socket_inode(fd)?)?;
+    Some((a, socket_family(fd)?))
+}
+
+/// bind(2): a TCP socket bound to a tunnel address is the stack's: the kernel never sees the
+/// bind (it would refuse an address that is not the host's); listen makes it a listening
+/// socket in the stack.
+///
+/// # Safety
+/// As bind(2).
+#[no_mangle]
+pub unsafe extern "C" fn bind(fd: c_int, address: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the caller's address, as bind(2) promises it.
+    let dest = unsafe { addr::read(address, len) };
+    if let (Some(s), Some(a)) = (settings(), dest) {
+        if ordo_attach::through_tunnel(&s.routes, a.ip()) && socket_type(fd) == Some(libc::SOCK_STREAM) {
+            let a = match a {
+                std::net::SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+                    Some(v4) => std::net::SocketAddr::new(v4.into(), v6.port()),
+                    None => a,
+                },
+                v4 => v4,
+            };
+            return guarded(|| match sockets::socket_inode(fd) {
+                Some(inode) => {
+                    sockets::bound(inode, a);
+                    0
+                }
+                None => {
+                    set_errno(libc::ENOTSOCK);
+                    -1
+                }
+            });
+        }
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { real::bind(fd, address, len) }
+}
+
+/// listen(2): a socket bound to a tunnel address listens in the stack; its descriptor
+/// becomes the listening end of a Unix seqpacket pair over which the service sends each
+/// connection it accepts.
+///
+/// # Safety
+/// As listen(2).
+#[no_mangle]
+pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    if let Some((s, inode, local)) = settings().and_then(|s| {
+        let inode = sockets::socket_inode(fd)?;
+        Some((s, inode, sockets::bound_to(inode)?))
+    }) {
+        return guarded(|| listen_in_stack(s, fd, inode, local));
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { real::listen(fd, backlog) }
+}
+
+fn listen_in_stack(s: &Settings, fd: c_int, inode: u64, local: std::net::SocketAddr) -> c_int {
+    let Some(family) = socket_family(fd) else {
+        set_errno(libc::ENOTSOCK);
+        return -1;
+    };
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } < 0
+    {
+        return -1;
+    }
+    // SAFETY: both are fresh descriptors nothing else owns.
+    let (mine, theirs) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    let request = Request {
+        op: Op::ListenTcp,
+        addr: local,
+        nonblocking: None,
+    };
+    let reply = match attach::ask(&s.socket, &request, theirs.as_raw_fd()) {
+        Ok(r) if r.errno != 0 => {
+            set_errno(r.errno);
+            return -1;
+        }
+        Ok(r) => r,
+        Err(e) => return fail_closed(e),
+    };
+    drop(theirs);
+    // SAFETY: fcntl on the program's descriptor, reading flags only.
+    let status = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    let fd_flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    let cloexec = if fd_flags >= 0 && fd_flags & libc::FD_CLOEXEC != 0 {
+        libc::O_CLOEXEC
+    } else {
+        0
+    };
+    let stand_in = mine.into_raw_fd();
+    // SAFETY: both are open descriptors; dup3 atomically replaces `fd`'s file.
+    let r = unsafe { libc::dup3(stand_in, fd, cloexec) };
+    // SAFETY: `stand_in` is ours and no longer needed.
+    unsafe { libc::close(stand_in) };
+    if r < 0 {
+        return -1;
+    }
+    if status >= 0 && status & libc::O_NONBLOCK != 0 {
+        // SAFETY: setting a status flag on the descriptor we just put in place.
+        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
+    }
+    sockets::forget_bound(inode);
+    if let Some(new) = sockets::socket_inode(fd) {
+        epoll::carry_over(fd, inode, new);
+        sockets::remember(TunnelSocket {
+            inode: new,
+            family,
+            local: reply.local.or(Some(local)),
+            remote: None,
+            pending: None,
+            error: 0,
+            listening: true,
+        });
+    }
+    0
+}
+
+/// accept(2).
+///
+/// # Safety
+/// As accept(2).
+#[no_mangle]
+pub unsafe extern "C" fn accept(fd: c_int, address: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { accept4(fd, address, len, 0) }
+}
+
+/// accept4(2): on a tunnel listening socket, the next connection the service sent over it,
+/// with the flags asked for and the peer's address.
+///
+/// # Safety
+/// As accept4(2).
+#[no_mangle]
+pub unsafe extern "C" fn accept4(fd: c_int, address: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int {
+    match tunnel_socket(fd) {
+        Some(t) if t.listening => guarded(|| {
+            // SAFETY: the caller's address buffer, as accept4(2) promises it.
+            unsafe { accept_from_stack(fd, &t, address, len, flags) }
+        }),
+        // SAFETY: the caller's arguments, unchanged.
+        _ => unsafe { real::accept4(fd, address, len, flags) },
+    }
+}
+
+/// # Safety
+/// `address` is null or has `*len` writable bytes.
+unsafe fn accept_from_stack(
+    fd: c_int,
+    t: &TunnelSocket,
+    address: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    let (accepted, conn) = match attach::recv_accepted(fd, flags & libc::SOCK_CLOEXEC != 0) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let cfd = conn.into_raw_fd();
+    if flags & libc::SOCK_NONBLOCK != 0 {
+        // SAFETY: a status flag on the descriptor we just received.
+        unsafe { libc::fcntl(cfd, libc::F_SETFL, libc::O_NONBLOCK) };
+    }
+    if !address.is_null() && !len.is_null() {
+        // SAFETY: the caller's buffer and length.
+        unsafe { addr::write(accepted.remote, t.family, address, len) };
+    }
+    if let Some(inode) = sockets::socket_inode(cfd) {
+        sockets::remember(TunnelSocket {
+            inode,
+            family: t.family,
+            local: Some(accepted.local),
+            remote: Some(accepted.remote),
+            pending: None,
+            error: 0,
+            listening: false,
+        });
+    }
+    cfd
 }

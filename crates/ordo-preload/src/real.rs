@@ -45,12 +45,18 @@ static SETSOCKOPT: Real = Real::new(b"setsockopt\0");
 static GETSOCKOPT: Real = Real::new(b"getsockopt\0");
 static EPOLL_CTL: Real = Real::new(b"epoll_ctl\0");
 static SENDTO: Real = Real::new(b"sendto\0");
+static BIND: Real = Real::new(b"bind\0");
+static LISTEN: Real = Real::new(b"listen\0");
+static ACCEPT4: Real = Real::new(b"accept4\0");
 static SENDMSG: Real = Real::new(b"sendmsg\0");
 static SENDMMSG: Real = Real::new(b"sendmmsg\0");
 
 type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
 type NameFn = unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
 type SetOptFn = unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int;
+type BindFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
+type ListenFn = unsafe extern "C" fn(c_int, c_int) -> c_int;
+type Accept4Fn = unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t, c_int) -> c_int;
 type SendToFn =
     unsafe extern "C" fn(c_int, *const c_void, libc::size_t, c_int, *const sockaddr, socklen_t) -> libc::ssize_t;
 type SendMsgFn = unsafe extern "C" fn(c_int, *const libc::msghdr, c_int) -> libc::ssize_t;
@@ -162,4 +168,37 @@ pub unsafe fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::c_uint, fla
     let f: SendMmsgFn = unsafe { std::mem::transmute::<usize, SendMmsgFn>(SENDMMSG.get()) };
     // SAFETY: the caller's contract is sendmmsg(2)'s.
     unsafe { f(fd, msgs, n, flags) }
+}
+
+/// The C library's bind.
+///
+/// # Safety
+/// As bind(2).
+pub unsafe fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the address is the C library's `bind`, whose type this is.
+    let f: BindFn = unsafe { std::mem::transmute::<usize, BindFn>(BIND.get()) };
+    // SAFETY: the caller's contract is bind(2)'s.
+    unsafe { f(fd, addr, len) }
+}
+
+/// The C library's listen.
+///
+/// # Safety
+/// As listen(2).
+pub unsafe fn listen(fd: c_int, backlog: c_int) -> c_int {
+    // SAFETY: the address is the C library's `listen`, whose type this is.
+    let f: ListenFn = unsafe { std::mem::transmute::<usize, ListenFn>(LISTEN.get()) };
+    // SAFETY: the caller's contract is listen(2)'s.
+    unsafe { f(fd, backlog) }
+}
+
+/// The C library's accept4 (accept is accept4 with no flags).
+///
+/// # Safety
+/// As accept4(2).
+pub unsafe fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int {
+    // SAFETY: the address is the C library's `accept4`, whose type this is.
+    let f: Accept4Fn = unsafe { std::mem::transmute::<usize, Accept4Fn>(ACCEPT4.get()) };
+    // SAFETY: the caller's contract is accept4(2)'s.
+    unsafe { f(fd, addr, len, flags) }
 }

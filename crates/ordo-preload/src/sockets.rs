@@ -22,6 +22,34 @@ pub struct TunnelSocket {
     /// The failed connect's errno, for SO_ERROR once, when the answer was read before the
     /// program asked for it (0: none).
     pub error: i32,
+    /// A listening socket: accept takes connections from the service over it.
+    pub listening: bool,
+}
+
+/// Kernel sockets bound to a tunnel address, not yet listening: the kernel never saw the
+/// bind (the address is not the host's), so it is kept here until listen.
+static BOUND: Mutex<Vec<(u64, SocketAddr)>> = Mutex::new(Vec::new());
+
+pub fn bound(inode: u64, addr: SocketAddr) {
+    let mut b = BOUND.lock().unwrap_or_else(|p| p.into_inner());
+    b.retain(|(i, _)| *i != inode);
+    if b.len() >= MAX {
+        b.remove(0);
+    }
+    b.push((inode, addr));
+}
+
+/// The tunnel address the socket of `inode` was bound to.
+pub fn bound_to(inode: u64) -> Option<SocketAddr> {
+    let b = BOUND.lock().unwrap_or_else(|p| p.into_inner());
+    b.iter().find(|(i, _)| *i == inode).map(|(_, a)| *a)
+}
+
+pub fn forget_bound(inode: u64) {
+    BOUND
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|(i, _)| *i != inode);
 }
 
 static TABLE: Mutex<Vec<TunnelSocket>> = Mutex::new(Vec::new());

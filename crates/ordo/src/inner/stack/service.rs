@@ -119,6 +119,20 @@ struct Unfill {
     sndbuf: u32,
 }
 
+/// Listening sockets the stack keeps ready per listener (a smoltcp socket listens until a
+/// connection arrives and then is that connection): the backlog of SYNs answered at once.
+const LISTEN_BACKLOG: usize = 8;
+
+/// An application's listening socket in the stack.
+struct Listener {
+    local: SocketAddr,
+    /// The service's end of the application's listening socket (a Unix seqpacket pair):
+    /// each accepted connection is sent over it with its descriptor.
+    app: OwnedFd,
+    /// The stack's sockets listening on `local`.
+    ready: Vec<SocketHandle>,
+}
+
 /// A connection of an application through the stack.
 struct Connection {
     handle: SocketHandle,
@@ -142,6 +156,7 @@ struct State {
     listener: UnixListener,
     pending: Vec<PendingRequest>,
     connections: Vec<Connection>,
+    listeners: Vec<Listener>,
     ports_in_use: HashSet<u16>,
     next_port: u16,
     addresses: Vec<IpAddr>,
@@ -204,6 +219,7 @@ impl State {
             listener,
             pending: Vec::new(),
             connections: Vec::new(),
+            listeners: Vec::new(),
             ports_in_use: HashSet::new(),
             next_port,
             addresses,
@@ -234,6 +250,7 @@ impl State {
             self.iface.poll(now, &mut self.link, &mut self.sockets);
             self.accept();
             self.read_requests();
+            self.accept_connections();
             self.relay();
             let now = self.now();
             self.iface.poll(now, &mut self.link, &mut self.sockets);
@@ -250,6 +267,10 @@ impl State {
             pollfd(self.wake.as_raw_fd(), libc::POLLIN),
         ];
         fds.extend(self.pending.iter().map(|p| pollfd(p.control.as_raw_fd(), libc::POLLIN)));
+        // A listener's application closing it wakes us (POLLHUP, reported whatever the
+        // events); a connection that waited for room in its queue is tried again at the
+        // stack's next timer or packet.
+        fds.extend(self.listeners.iter().map(|l| pollfd(l.app.as_raw_fd(), 0)));
         for c in &self.connections {
             let s = self.sockets.get::<tcp::Socket>(c.handle);
             let mut events = 0;
@@ -379,6 +400,118 @@ impl State {
                     reply(&p.control, errno, None, None);
                 }
             }
+            Op::ListenTcp => {
+                let app = match <[OwnedFd; 1]>::try_from(p.passed) {
+                    Ok([fd]) if is_unix(fd.as_raw_fd(), libc::SOCK_SEQPACKET) => fd,
+                    _ => return reply(&p.control, libc::EPROTO, None, None),
+                };
+                match self.listen(request.addr, app) {
+                    Ok(local) => reply(&p.control, 0, Some(local), None),
+                    Err(errno) => reply(&p.control, errno, None, None),
+                }
+            }
+        }
+    }
+
+    /// Starts listening on `local` (port 0: one of the stack's free ports) for `app`.
+    fn listen(&mut self, mut local: SocketAddr, app: OwnedFd) -> Result<SocketAddr, i32> {
+        if !self.addresses.contains(&local.ip()) {
+            return Err(libc::EADDRNOTAVAIL);
+        }
+        if self.listeners.len() >= MAX_CONNECTIONS {
+            return Err(libc::EMFILE);
+        }
+        set_nonblocking(app.as_raw_fd()).map_err(|e| errno_of(&e))?;
+        if local.port() == 0 {
+            local.set_port(self.take_port().ok_or(libc::EADDRNOTAVAIL)?);
+        } else if !self.ports_in_use.insert(local.port()) {
+            return Err(libc::EADDRINUSE);
+        }
+        let mut l = Listener {
+            local,
+            app,
+            ready: Vec::new(),
+        };
+        for _ in 0..LISTEN_BACKLOG {
+            l.ready.push(self.listening_socket(local));
+        }
+        self.listeners.push(l);
+        Ok(local)
+    }
+
+    fn listening_socket(&mut self, local: SocketAddr) -> SocketHandle {
+        let mut socket = new_tcp_socket();
+        // Listening on an address of ours and a port of ours cannot fail.
+        let _ = socket.listen(IpEndpoint::new(IpAddress::from(local.ip()), local.port()));
+        self.sockets.add(socket)
+    }
+
+    /// Hands each listener's newly established connections to its application; ends the
+    /// listeners whose application closed them.
+    fn accept_connections(&mut self) {
+        let mut i = 0;
+        while i < self.listeners.len() {
+            if peer_closed(self.listeners[i].app.as_raw_fd()) {
+                let l = self.listeners.swap_remove(i);
+                for h in l.ready {
+                    self.sockets.remove(h);
+                }
+                self.ports_in_use.remove(&l.local.port());
+                continue;
+            }
+            let mut k = 0;
+            while k < self.listeners[i].ready.len() {
+                let h = self.listeners[i].ready[k];
+                let s = self.sockets.get_mut::<tcp::Socket>(h);
+                match s.state() {
+                    tcp::State::Listen | tcp::State::SynReceived => {
+                        k += 1;
+                        continue;
+                    }
+                    tcp::State::Closed => {
+                        // Reset before it was established: listen again.
+                        let local = self.listeners[i].local;
+                        let _ = s.listen(IpEndpoint::new(IpAddress::from(local.ip()), local.port()));
+                        k += 1;
+                        continue;
+                    }
+                    _ => {}
+                }
+                let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint()) else {
+                    k += 1;
+                    continue;
+                };
+                let accepted = ordo_attach::Accepted {
+                    local: to_std(local),
+                    remote: to_std(remote),
+                };
+                let Ok((ours, theirs)) = stream_pair() else {
+                    k += 1;
+                    continue;
+                };
+                if send_accepted(self.listeners[i].app.as_raw_fd(), &accepted, theirs.as_raw_fd()).is_err() {
+                    // The application's queue is full: it gets the connection when it
+                    // has accepted others.
+                    k += 1;
+                    continue;
+                }
+                drop(theirs);
+                let local = self.listeners[i].local;
+                let fresh = self.listening_socket(local);
+                self.listeners[i].ready[k] = fresh;
+                self.connections.push(Connection {
+                    handle: h,
+                    app: ours,
+                    // The listener's port stays taken while it listens.
+                    local_port: 0,
+                    waiting: None,
+                    app_done_writing: false,
+                    told_app_eof: false,
+                    unfill: None,
+                });
+                k += 1;
+            }
+            i += 1;
         }
     }
 
@@ -398,12 +531,7 @@ impl State {
         }
         set_nonblocking(app.as_raw_fd()).map_err(|e| errno_of(&e))?;
         let local_port = self.take_port().ok_or(libc::EADDRNOTAVAIL)?;
-        let mut socket = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
-            tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
-        );
-        socket.set_congestion_control(tcp::CongestionControl::Cubic);
-        socket.set_tsval_generator(Some(tsval));
+        let mut socket = new_tcp_socket();
         let remote = IpEndpoint::new(IpAddress::from(to.ip()), to.port());
         if socket.connect(self.iface.context(), remote, local_port).is_err() {
             self.ports_in_use.remove(&local_port);
@@ -581,6 +709,72 @@ fn relay_one(c: &mut Connection, s: &mut tcp::Socket) -> bool {
     !over
 }
 
+/// A TCP socket of the stack, as every connection has it.
+fn new_tcp_socket() -> tcp::Socket<'static> {
+    let mut socket = tcp::Socket::new(
+        tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
+        tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
+    );
+    socket.set_congestion_control(tcp::CongestionControl::Cubic);
+    socket.set_tsval_generator(Some(tsval));
+    socket
+}
+
+/// A non-blocking Unix stream pair: ours, and the application's.
+fn stream_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    let flags = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    if unsafe { libc::socketpair(libc::AF_UNIX, flags, 0, fds.as_mut_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: socketpair succeeded: both are open descriptors that nothing else owns.
+    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    set_nonblocking(ours.as_raw_fd())?;
+    Ok((ours, theirs))
+}
+
+/// Whether the other end of `fd` is closed (a read would give end of file). The application
+/// never writes to its listening socket, so anything else means open.
+fn peer_closed(fd: RawFd) -> bool {
+    let mut b = [0u8; 1];
+    // SAFETY: peeking at most one byte into `b`.
+    let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    n == 0
+}
+
+/// Sends an accepted connection and its descriptor over a listener's pair, without waiting.
+fn send_accepted(fd: RawFd, a: &ordo_attach::Accepted, pass: RawFd) -> io::Result<()> {
+    let bytes = a.encode();
+    let mut control = [0u64; 4];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: msghdr is plain data for which all zeros is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE only computes a size.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    // SAFETY: msg_control points to `control`, large enough for one cmsghdr with one
+    // descriptor; CMSG_FIRSTHDR and CMSG_DATA stay inside it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), pass);
+    }
+    // SAFETY: `msg` describes `bytes` and `control`, alive for the call.
+    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    if n != bytes.len() as isize {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn to_std(e: IpEndpoint) -> SocketAddr {
     SocketAddr::new(e.addr.into(), e.port)
 }
@@ -610,6 +804,11 @@ fn set_nonblocking(fd: RawFd) -> io::Result<()> {
 /// Whether `fd` is a Unix stream socket (what the protocol passes), not any other file an
 /// application might send instead.
 fn is_unix_stream(fd: RawFd) -> bool {
+    is_unix(fd, libc::SOCK_STREAM)
+}
+
+/// Whether `fd` is a Unix socket of type `ty`.
+fn is_unix(fd: RawFd, ty: libc::c_int) -> bool {
     let get = |opt| {
         let mut v: libc::c_int = -1;
         let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -617,7 +816,7 @@ fn is_unix_stream(fd: RawFd) -> bool {
         let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
         (r == 0).then_some(v)
     };
-    get(libc::SO_DOMAIN) == Some(libc::AF_UNIX) && get(libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+    get(libc::SO_DOMAIN) == Some(libc::AF_UNIX) && get(libc::SO_TYPE) == Some(ty)
 }
 
 /// Reads up to `max` bytes and the descriptors passed with them. Empty bytes and no
