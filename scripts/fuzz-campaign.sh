@@ -47,6 +47,10 @@ sanitizer() {
     case $1 in tun_read | tun_write | ip_headers) echo address ;; *) echo none ;; esac
 }
 GOAL=${FUZZ_GOAL:-100000000}
+# Findings: crashes, leaks, timeouts, out-of-memory. libFuzzer also keeps "slow-unit-" inputs
+# (slower than 10 s once, which a machine busy elsewhere or a stopped process produces): not
+# findings.
+findings() { find "artifacts/$1" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l; }
 # The executions fuzz/campaign.tsv records for target $1 (unknown counts as none).
 recorded() { awk -F'\t' -v t="$1" 'NR > 1 && $3 == t && $6 ~ /^[0-9]+$/ { n += $6 } END { printf "%d", n }' "../$TABLE"; }
 for t in "${TARGETS[@]}"; do
@@ -62,11 +66,11 @@ for t in "${TARGETS[@]}"; do
     fi
     mkdir -p "corpus/$t" "regressions/$t" "$WORK/new/$t" "artifacts/$t"
     cargo +nightly fuzz build -O -s "$san" "$t" >/dev/null 2>&1 || { echo "fuzz-campaign: $t does not build" >&2; exit 1; }
-    crashes_before=$(ls "artifacts/$t" | wc -l)
+    crashes_before=$(findings "$t")
     log="$WORK/$t.log"
     cargo +nightly fuzz run -O -s "$san" "$t" "$WORK/new/$t" "corpus/$t" "regressions/$t" "$WORK/seeds/$t" -- \
         -max_total_time="$SECONDS_EACH" "${runs[@]}" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 >"$log" 2>&1
-    crashes=$(($(ls "artifacts/$t" | wc -l) - crashes_before))
+    crashes=$(($(findings "$t") - crashes_before))
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
