@@ -66,6 +66,20 @@ fn ask(socket: &Path, bytes: &[u8], fd: Option<i32>) -> Option<Reply> {
     Some(Reply::decode(&reply).expect("the service's reply decodes"))
 }
 
+fn listen_request(addr: &str) -> Vec<u8> {
+    Request {
+        op: Op::ListenTcp,
+        addr: addr.parse().unwrap(),
+        nonblocking: None,
+    }
+    .encode()
+    .to_vec()
+}
+
+fn seqpacket_pair() -> (OwnedFd, OwnedFd) {
+    socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).unwrap()
+}
+
 fn connect_request(addr: &str) -> Vec<u8> {
     Request {
         op: Op::ConnectTcp,
@@ -163,4 +177,51 @@ fn a_request_sent_slowly_is_dropped_after_its_deadline_and_others_are_served_mea
     let n = slow.read(&mut buf).unwrap_or(0);
     assert_eq!(n, 0, "the slow request was answered");
     assert!(start.elapsed() < Duration::from_secs(8), "not dropped in time");
+}
+
+#[test]
+fn listen_and_non_blocking_requests_are_checked() {
+    let r = start();
+    let errno = |bytes: &[u8], fds: &[i32]| -> Option<i32> {
+        let mut c = UnixStream::connect(&r.socket).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let cmsgs = [ControlMessage::ScmRights(fds)];
+        let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsgs };
+        sendmsg::<()>(c.as_raw_fd(), &[IoSlice::new(bytes)], cmsgs, MsgFlags::empty(), None).unwrap();
+        let mut reply = [0u8; REPLY_LEN];
+        c.read_exact(&mut reply).ok()?;
+        Some(Reply::decode(&reply).unwrap().errno)
+    };
+    // A listening socket must be a seqpacket pair's end, not a stream's.
+    let (_a, stream) = pair();
+    assert_eq!(
+        errno(&listen_request("10.99.0.1:80"), &[stream.as_raw_fd()]),
+        Some(libc::EPROTO)
+    );
+    // Only the stack's own addresses.
+    let (_b, sp) = seqpacket_pair();
+    assert_eq!(
+        errno(&listen_request("10.99.0.7:80"), &[sp.as_raw_fd()]),
+        Some(libc::EADDRNOTAVAIL)
+    );
+    // A port is listened on once.
+    let (_c, sp1) = seqpacket_pair();
+    assert_eq!(errno(&listen_request("10.99.0.1:80"), &[sp1.as_raw_fd()]), Some(0));
+    let (_d, sp2) = seqpacket_pair();
+    assert_eq!(
+        errno(&listen_request("10.99.0.1:80"), &[sp2.as_raw_fd()]),
+        Some(libc::EADDRINUSE)
+    );
+    // A non-blocking connect needs the application's end as well as the service's.
+    let nonblocking = Request {
+        op: Op::ConnectTcp,
+        addr: "10.99.0.2:80".parse().unwrap(),
+        nonblocking: Some(ordo_attach::Filler {
+            filler: 0,
+            sndbuf: 4096,
+        }),
+    }
+    .encode();
+    let (_e, theirs) = pair();
+    assert_eq!(errno(&nonblocking, &[theirs.as_raw_fd()]), Some(libc::EPROTO));
 }
