@@ -68,6 +68,17 @@ impl Sockets {
     pub fn bind_queues(port: u16, fwmark: u32, queues: usize) -> io::Result<Vec<Sockets>> {
         let queues = queues.max(1);
         let reuse = queues > 1;
+        if reuse && port != 0 {
+            // A SO_REUSEPORT group takes in any socket of the same user that asks to join:
+            // another interface (another daemon, another `ordo run`) on this port would
+            // silently get half of our datagrams. A plain bind first says whether anyone
+            // holds the port, as a single socket's bind would.
+            open(Domain::IPV4, (Ipv4Addr::UNSPECIFIED, port).into(), fwmark, false)?;
+            match open(Domain::IPV6, (Ipv6Addr::UNSPECIFIED, port).into(), fwmark, false) {
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(e),
+                _ => {}
+            }
+        }
         let mut last_err = None;
         'attempt: for _ in 0..16 {
             let first = open(Domain::IPV4, (Ipv4Addr::UNSPECIFIED, port).into(), fwmark, reuse)?;
@@ -157,5 +168,22 @@ mod tests {
             assert!(got > 0);
         }
         assert_ne!(socks.port, 0);
+    }
+
+    /// A port another interface of ours holds is refused, not shared through the
+    /// SO_REUSEPORT group (which would split the datagrams between the two).
+    #[test]
+    fn a_port_held_by_another_group_is_in_use() {
+        let first = Sockets::bind_queues(0, 0, 2).unwrap();
+        let port = first[0].port;
+        let second = Sockets::bind_queues(port, 0, 2);
+        assert_eq!(second.err().map(|e| e.kind()), Some(io::ErrorKind::AddrInUse));
+        let single = Sockets::bind(port, 0);
+        assert_eq!(single.err().map(|e| e.kind()), Some(io::ErrorKind::AddrInUse));
+        drop(first);
+        assert!(
+            Sockets::bind_queues(port, 0, 2).is_ok(),
+            "free again once the first is gone"
+        );
     }
 }
