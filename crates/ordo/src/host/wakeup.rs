@@ -81,8 +81,8 @@ impl<T> Inbox<T> {
     }
 
     /// Queues `item`; false (counted) if the inbox is full. Only the first item into an
-    /// empty inbox rings its wake-up: the others find it readable already (a system call per
-    /// item was most of the cost of a busy inbox).
+    /// empty inbox rings its wake-up: the others find it readable already, and a busy inbox
+    /// saves a system call per item.
     pub fn push(&self, item: T) -> bool {
         let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
         if items.len() >= self.capacity {
