@@ -7,8 +7,11 @@
 //! socket pair to the service, which connects through its stack, and puts the other end in
 //! place of the program's descriptor (dup3, same number, same flags). From then on it is a
 //! real kernel descriptor, so read, write, send, recv, poll, epoll, select, dup, fork and
-//! close need no hook. Without the service's settings in the environment every hook is the C
-//! library's own call.
+//! close need no hook. A `bind` to a tunnel address and `listen` make a listening socket in
+//! the stack, whose connections `accept` takes; the name and option calls answer for tunnel
+//! sockets as TCP sockets would; epoll registrations survive the swap (`epoll`); datagrams
+//! to tunnel addresses fail closed until UDP is carried. Without the service's settings in
+//! the environment every hook is the C library's own call.
 //!
 //! Rules every hook keeps: a program's call reaches the C library unchanged unless it is
 //! about the tunnel; no panic crosses into C (each hook catches and answers EIO); the C
