@@ -157,6 +157,8 @@ struct State {
     pending: Vec<PendingRequest>,
     connections: Vec<Connection>,
     listeners: Vec<Listener>,
+    /// Sockets reset whose RST the next poll sends; removed after it.
+    closing: Vec<SocketHandle>,
     ports_in_use: HashSet<u16>,
     next_port: u16,
     addresses: Vec<IpAddr>,
@@ -220,6 +222,7 @@ impl State {
             pending: Vec::new(),
             connections: Vec::new(),
             listeners: Vec::new(),
+            closing: Vec::new(),
             ports_in_use: HashSet::new(),
             next_port,
             addresses,
@@ -254,6 +257,9 @@ impl State {
             self.relay();
             let now = self.now();
             self.iface.poll(now, &mut self.link, &mut self.sockets);
+            for h in self.closing.drain(..) {
+                self.sockets.remove(h);
+            }
             self.wait();
         }
     }
@@ -454,13 +460,24 @@ impl State {
             if peer_closed(self.listeners[i].app.as_raw_fd()) {
                 let l = self.listeners.swap_remove(i);
                 for h in l.ready {
-                    self.sockets.remove(h);
+                    // Connections established but never accepted: reset, as the kernel does
+                    // when a listening socket with a backlog is closed. The RST leaves with
+                    // the stack's next poll, before which nothing reuses the handle.
+                    let s = self.sockets.get_mut::<tcp::Socket>(h);
+                    if s.state() == tcp::State::Listen {
+                        self.sockets.remove(h);
+                    } else {
+                        s.abort();
+                        self.closing.push(h);
+                    }
                 }
                 self.ports_in_use.remove(&l.local.port());
                 continue;
             }
             let mut k = 0;
-            while k < self.listeners[i].ready.len() {
+            // At the bound, established connections wait in the backlog (and further SYNs
+            // find no listening socket) until others end.
+            while k < self.listeners[i].ready.len() && self.connections.len() < MAX_CONNECTIONS {
                 let h = self.listeners[i].ready[k];
                 let s = self.sockets.get_mut::<tcp::Socket>(h);
                 match s.state() {
