@@ -13,6 +13,8 @@
 //! without allocating, and any bytes decode to a message or to an error, never a panic (the
 //! service reads them from applications it does not trust).
 
+pub mod rights;
+
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 

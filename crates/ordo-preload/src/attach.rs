@@ -2,6 +2,7 @@
 //! forked child and its parent never share a conversation.
 
 use crate::real;
+use ordo_attach::rights::Rights;
 use ordo_attach::{Reply, Request, REPLY_LEN};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -113,33 +114,12 @@ fn connect_unix(fd: RawFd, path: &Path) -> io::Result<()> {
 }
 
 fn send_with_fds(fd: RawFd, bytes: &[u8], pass: &[RawFd]) -> io::Result<()> {
-    debug_assert!((1..=2).contains(&pass.len()));
-    // Room for two descriptors' control message, aligned as cmsghdr wants.
-    let mut control = [0u64; 4];
-    let fds_len = std::mem::size_of_val(pass) as u32;
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr() as *mut libc::c_void,
         iov_len: bytes.len(),
     };
-    // SAFETY: msghdr is plain data for which all zeros is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE only computes a size.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(fds_len) } as usize;
-    debug_assert!(msg.msg_controllen <= std::mem::size_of_val(&control));
-    // SAFETY: msg_control points to `control`, large enough for one cmsghdr with two
-    // descriptors (msg_controllen says so); CMSG_FIRSTHDR and CMSG_DATA stay inside it.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(fds_len) as usize;
-        for (i, p) in pass.iter().enumerate() {
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>().add(i), *p);
-        }
-    }
+    let mut rights = Rights::default();
+    let msg = rights.send_header(&mut iov, pass);
     loop {
         // SAFETY: `msg` describes `bytes` and the control buffer, both alive for the call.
         let n = unsafe { real::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
@@ -185,39 +165,20 @@ fn read_exact(fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
 /// and none waits).
 pub fn recv_accepted(fd: RawFd, cloexec: bool) -> io::Result<(ordo_attach::Accepted, OwnedFd)> {
     let mut bytes = [0u8; ordo_attach::ACCEPTED_LEN];
-    let mut control = [0u64; 8];
     let mut iov = libc::iovec {
         iov_base: bytes.as_mut_ptr().cast(),
         iov_len: bytes.len(),
     };
-    // SAFETY: msghdr is plain data for which all zeros is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control);
+    let mut rights = Rights::default();
+    let mut msg = rights.recv_header(&mut iov);
     let flags = if cloexec { libc::MSG_CMSG_CLOEXEC } else { 0 };
-    // SAFETY: `msg` describes `bytes` and `control`, alive for the call.
+    // SAFETY: `msg` points into `rights` and `iov`, alive for the call.
     let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut passed = Vec::new();
-    // SAFETY: walking the control messages the kernel wrote into `control`; each
-    // SCM_RIGHTS payload is an array of descriptors now ours.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c).cast::<RawFd>();
-                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
-                for k in 0..count {
-                    passed.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k))));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
+    // SAFETY: filled by the recvmsg above; its descriptors are ours alone.
+    let passed = unsafe { ordo_attach::rights::received(&msg) };
     if n == 0 {
         // The service is gone: the listening socket will give no more connections.
         return Err(io::Error::from_raw_os_error(libc::EINVAL));

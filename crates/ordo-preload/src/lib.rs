@@ -62,36 +62,21 @@ fn guarded(body: impl FnOnce() -> c_int) -> c_int {
     }
 }
 
-fn socket_type(fd: c_int) -> Option<c_int> {
-    let mut ty: c_int = 0;
+/// An int socket option of `fd` at SOL_SOCKET, through the C library's getsockopt.
+fn socket_option(fd: c_int, name: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
     let mut len = std::mem::size_of::<c_int>() as socklen_t;
-    // SAFETY: `ty` and `len` are valid for getsockopt's int option.
-    let r = unsafe {
-        real::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TYPE,
-            (&mut ty as *mut c_int).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(ty)
+    // SAFETY: `v` and `len` are valid for getsockopt's int option.
+    let r = unsafe { real::getsockopt(fd, libc::SOL_SOCKET, name, (&mut v as *mut c_int).cast(), &mut len) };
+    (r == 0).then_some(v)
+}
+
+fn socket_type(fd: c_int) -> Option<c_int> {
+    socket_option(fd, libc::SO_TYPE)
 }
 
 fn socket_family(fd: c_int) -> Option<c_int> {
-    let mut family: c_int = 0;
-    let mut len = std::mem::size_of::<c_int>() as socklen_t;
-    // SAFETY: as above.
-    let r = unsafe {
-        real::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_DOMAIN,
-            (&mut family as *mut c_int).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(family)
+    socket_option(fd, libc::SO_DOMAIN)
 }
 
 /// connect(2): a TCP connection to a tunnel destination goes to the service.
@@ -239,22 +224,7 @@ fn fail_closed(e: std::io::Error) -> c_int {
 /// Makes the stand-in `fd` unwritable until the service drains it: its send buffer at the
 /// minimum, then filled. Returns what the service needs to undo it.
 fn fill(fd: c_int) -> std::io::Result<ordo_attach::Filler> {
-    let get = || {
-        let mut v: c_int = 0;
-        let mut len = std::mem::size_of::<c_int>() as socklen_t;
-        // SAFETY: `v` and `len` are a valid int option buffer.
-        let r = unsafe {
-            real::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                (&mut v as *mut c_int).cast(),
-                &mut len,
-            )
-        };
-        (r == 0).then_some(v)
-    };
-    let sndbuf = get().ok_or_else(std::io::Error::last_os_error)?;
+    let sndbuf = socket_option(fd, libc::SO_SNDBUF).ok_or_else(std::io::Error::last_os_error)?;
     let one: c_int = 1;
     // SAFETY: an int option; the kernel raises it to its minimum.
     unsafe {

@@ -13,6 +13,7 @@
 use super::link::{Link, Wires};
 use super::StackSettings;
 use crate::host::wakeup::WakeUp;
+use ordo_attach::rights::Rights;
 use ordo_attach::{Op, Reply, Request, REQUEST_LEN};
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
@@ -763,28 +764,13 @@ fn peer_closed(fd: RawFd) -> bool {
 /// Sends an accepted connection and its descriptor over a listener's pair, without waiting.
 fn send_accepted(fd: RawFd, a: &ordo_attach::Accepted, pass: RawFd) -> io::Result<()> {
     let bytes = a.encode();
-    let mut control = [0u64; 4];
     let mut iov = libc::iovec {
         iov_base: bytes.as_ptr() as *mut libc::c_void,
         iov_len: bytes.len(),
     };
-    // SAFETY: msghdr is plain data for which all zeros is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE only computes a size.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    // SAFETY: msg_control points to `control`, large enough for one cmsghdr with one
-    // descriptor; CMSG_FIRSTHDR and CMSG_DATA stay inside it.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), pass);
-    }
-    // SAFETY: `msg` describes `bytes` and `control`, alive for the call.
+    let mut rights = Rights::default();
+    let msg = rights.send_header(&mut iov, &[pass]);
+    // SAFETY: `msg` points into `rights` and `iov`, alive for the call.
     let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
     if n != bytes.len() as isize {
         return Err(io::Error::last_os_error());
@@ -840,39 +826,19 @@ fn is_unix(fd: RawFd, ty: libc::c_int) -> bool {
 /// descriptor: the other end closed.
 fn recv_with_fds(fd: RawFd, max: usize) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     let mut bytes = vec![0u8; max];
-    // Room for a few descriptors' control message, aligned as cmsghdr wants.
-    let mut control = [0u64; 8];
     let mut iov = libc::iovec {
         iov_base: bytes.as_mut_ptr().cast(),
         iov_len: bytes.len(),
     };
-    // SAFETY: msghdr is plain data for which all zeros is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control);
-    // SAFETY: `msg` describes `bytes` and `control`, both alive for the call.
+    let mut rights = Rights::default();
+    let mut msg = rights.recv_header(&mut iov);
+    // SAFETY: `msg` points into `rights` and `iov`, alive for the call.
     let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: filled by the recvmsg above; its descriptors are ours alone.
+    let fds = unsafe { ordo_attach::rights::received(&msg) };
     bytes.truncate(n as usize);
-    let mut fds = Vec::new();
-    // SAFETY: walking the control messages the kernel wrote into `control`, within
-    // msg_controllen; each SCM_RIGHTS payload is an array of descriptors now ours.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c).cast::<RawFd>();
-                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
-                for k in 0..count {
-                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k))));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
     Ok((bytes, fds))
 }
