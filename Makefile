@@ -30,6 +30,9 @@ lint:
 
 unit:
 	$(CARGO) test --workspace --locked
+	@# The binary users run is the release one, where moves and stack reuse differ: keys are
+	@# looked for in freed memory there too.
+	$(CARGO) test --release --locked -p ordo --test secrets
 	python3 scripts/profile-classify-test.py
 
 interop: build

@@ -6,6 +6,7 @@ use crate::crypto::{aead_open, aead_seal, hash, kdf};
 use crate::keys::{PresharedKey, PrivateKey, PublicKey};
 use crate::messages::{Initiation, Response};
 use rand_core::{CryptoRng, RngCore};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use x25519_dalek::StaticSecret;
 use zeroize::Zeroizing;
@@ -61,14 +62,18 @@ pub struct Identity {
 }
 
 impl Identity {
-    pub fn new(private: PrivateKey) -> Self {
-        let secret = private.secret();
-        let public = private.public_key();
-        Identity {
-            private,
-            public,
-            secret,
-        }
+    /// Made in its shared allocation, in frames that are wiped afterwards ([`crate::scrub`]):
+    /// the identity holds the private key twice (as bytes and as the curve's scalar).
+    pub fn new(private: PrivateKey) -> Arc<Self> {
+        crate::scrub::scrubbed(|| {
+            let secret = private.secret();
+            let public = private.public_key();
+            Arc::new(Identity {
+                private,
+                public,
+                secret,
+            })
+        })
     }
 
     /// DH(our static, their static): fixed per peer, so computed when the peer is added.
@@ -78,10 +83,13 @@ impl Identity {
     }
 }
 
+/// DH(secret, public) in frames that are wiped afterwards: the ladder copies the scalar.
 fn dh(secret: &StaticSecret, public: &[u8; 32]) -> Option<Zeroizing<[u8; 32]>> {
-    let shared = secret.diffie_hellman(&x25519_dalek::PublicKey::from(*public));
-    let out = Zeroizing::new(shared.to_bytes());
-    (out.iter().any(|b| *b != 0)).then_some(out)
+    crate::scrub::scrubbed(|| {
+        let shared = secret.diffie_hellman(&x25519_dalek::PublicKey::from(*public));
+        let out = Zeroizing::new(shared.to_bytes());
+        (out.iter().any(|b| *b != 0)).then_some(out)
+    })
 }
 
 fn initial_chain() -> ([u8; 32], [u8; 32]) {
@@ -253,7 +261,7 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::SeedableRng;
 
-    fn pair(seed: u8) -> Identity {
+    fn pair(seed: u8) -> Arc<Identity> {
         Identity::new(PrivateKey::from_bytes([seed; 32]))
     }
 

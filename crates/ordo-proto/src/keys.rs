@@ -21,21 +21,25 @@ impl fmt::Display for KeyError {
 }
 impl std::error::Error for KeyError {}
 
-fn decode32_b64(s: &str) -> Result<Zeroizing<[u8; 32]>, KeyError> {
+/// 32 bytes in a wiped heap slot of their own: a secret is decoded into it in place and then
+/// only the pointer moves, so no copy of the key is left where it passed (a move is a byte copy
+/// that no destructor sees, in a stack frame or in a table's node that is rearranged).
+type SecretBytes = Box<Zeroizing<[u8; 32]>>;
+
+fn decode32_b64(s: &str) -> Result<SecretBytes, KeyError> {
     let s = s.trim();
     if s.len() != 44 {
         return Err(KeyError::BadEncoding);
     }
-    let v = Zeroizing::new(B64.decode(s).map_err(|_| KeyError::BadEncoding)?);
-    let mut out = Zeroizing::new([0u8; 32]);
-    if v.len() != 32 {
-        return Err(KeyError::BadEncoding);
+    let mut out = SecretBytes::default();
+    // 44 characters decode to 32 bytes and a padding '='; anything else is refused.
+    match B64.decode_slice(s, &mut out[..]) {
+        Ok(32) => Ok(out),
+        _ => Err(KeyError::BadEncoding),
     }
-    out.copy_from_slice(&v);
-    Ok(out)
 }
 
-fn decode32_hex(s: &str) -> Result<Zeroizing<[u8; 32]>, KeyError> {
+fn decode32_hex(s: &str) -> Result<SecretBytes, KeyError> {
     let b = s.as_bytes();
     if b.len() != 64 {
         return Err(KeyError::BadEncoding);
@@ -47,7 +51,7 @@ fn decode32_hex(s: &str) -> Result<Zeroizing<[u8; 32]>, KeyError> {
             _ => Err(KeyError::BadEncoding), // the UAPI wants lower-case hex
         }
     };
-    let mut out = Zeroizing::new([0u8; 32]);
+    let mut out = SecretBytes::default();
     for i in 0..32 {
         out[i] = nib(b[2 * i])? << 4 | nib(b[2 * i + 1])?;
     }
@@ -70,10 +74,10 @@ pub struct PublicKey(pub [u8; 32]);
 
 impl PublicKey {
     pub fn from_base64(s: &str) -> Result<Self, KeyError> {
-        Ok(PublicKey(*decode32_b64(s)?))
+        Ok(PublicKey(**decode32_b64(s)?))
     }
     pub fn from_hex(s: &str) -> Result<Self, KeyError> {
-        Ok(PublicKey(*decode32_hex(s)?))
+        Ok(PublicKey(**decode32_hex(s)?))
     }
     pub fn to_base64(&self) -> String {
         B64.encode(self.0)
@@ -98,41 +102,51 @@ impl fmt::Display for PublicKey {
 }
 
 /// The interface's static private key.
-#[derive(Clone, Zeroize, ZeroizeOnDrop)]
-pub struct PrivateKey([u8; 32]);
+#[derive(Clone)]
+pub struct PrivateKey(SecretBytes);
 
 impl PrivateKey {
     pub fn from_bytes(b: [u8; 32]) -> Self {
-        PrivateKey(b)
+        PrivateKey(Box::new(Zeroizing::new(b)))
     }
     pub fn generate(rng: &mut (impl RngCore + CryptoRng)) -> Self {
-        let mut b = [0u8; 32];
-        rng.fill_bytes(&mut b);
+        let mut b = SecretBytes::default();
+        rng.fill_bytes(&mut b[..]);
         PrivateKey(b)
     }
     pub fn from_base64(s: &str) -> Result<Self, KeyError> {
-        Ok(PrivateKey(*decode32_b64(s)?))
+        decode32_b64(s).map(PrivateKey)
     }
     pub fn from_hex(s: &str) -> Result<Self, KeyError> {
-        Ok(PrivateKey(*decode32_hex(s)?))
+        decode32_hex(s).map(PrivateKey)
     }
     /// Hex, for the UAPI `get` reply only (the protocol returns the private key).
     pub fn to_hex(&self) -> Zeroizing<String> {
         Zeroizing::new(hex32(&self.0))
     }
     pub fn to_base64(&self) -> Zeroizing<String> {
-        Zeroizing::new(B64.encode(self.0))
+        Zeroizing::new(B64.encode(&self.0[..]))
     }
     pub fn is_zero(&self) -> bool {
         self.0.iter().all(|b| *b == 0)
     }
     pub fn public_key(&self) -> PublicKey {
-        PublicKey(x25519_dalek::PublicKey::from(&self.secret()).to_bytes())
+        crate::scrub::scrubbed(|| PublicKey(x25519_dalek::PublicKey::from(&self.secret()).to_bytes()))
     }
+    /// The curve's scalar: a copy of the key by value. Make it where the stack is wiped
+    /// afterwards ([`crate::scrub`]).
     pub(crate) fn secret(&self) -> x25519_dalek::StaticSecret {
-        x25519_dalek::StaticSecret::from(self.0)
+        x25519_dalek::StaticSecret::from(**self.0)
     }
 }
+
+impl Zeroize for PrivateKey {
+    fn zeroize(&mut self) {
+        self.0.zeroize();
+    }
+}
+/// The bytes are in a `Zeroizing`, wiped when the key is dropped.
+impl ZeroizeOnDrop for PrivateKey {}
 
 impl fmt::Debug for PrivateKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -140,19 +154,20 @@ impl fmt::Debug for PrivateKey {
     }
 }
 
-/// An optional symmetric key mixed into the handshake; all zeros means "none".
-#[derive(Clone, Default, Zeroize, ZeroizeOnDrop, PartialEq, Eq)]
-pub struct PresharedKey(pub(crate) [u8; 32]);
+/// An optional symmetric key mixed into the handshake; all zeros means "none". Boxed like the
+/// private key: a peer holds it, and peers move within their table.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct PresharedKey(SecretBytes);
 
 impl PresharedKey {
     pub fn from_bytes(b: [u8; 32]) -> Self {
-        PresharedKey(b)
+        PresharedKey(Box::new(Zeroizing::new(b)))
     }
     pub fn from_base64(s: &str) -> Result<Self, KeyError> {
-        Ok(PresharedKey(*decode32_b64(s)?))
+        decode32_b64(s).map(PresharedKey)
     }
     pub fn from_hex(s: &str) -> Result<Self, KeyError> {
-        Ok(PresharedKey(*decode32_hex(s)?))
+        decode32_hex(s).map(PresharedKey)
     }
     pub fn to_hex(&self) -> Zeroizing<String> {
         Zeroizing::new(hex32(&self.0))
@@ -164,6 +179,14 @@ impl PresharedKey {
         &self.0
     }
 }
+
+impl Zeroize for PresharedKey {
+    fn zeroize(&mut self) {
+        self.0.zeroize();
+    }
+}
+/// The bytes are in a `Zeroizing`, wiped when the key is dropped.
+impl ZeroizeOnDrop for PresharedKey {}
 
 impl fmt::Debug for PresharedKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -179,10 +202,13 @@ mod tests {
     fn base64_and_hex_round_trip() {
         let k = PrivateKey::from_bytes([7u8; 32]);
         let b = k.to_base64();
-        assert_eq!(PrivateKey::from_base64(&b).unwrap().0, [7u8; 32]);
+        assert_eq!(**PrivateKey::from_base64(&b).unwrap().0, [7u8; 32]);
         let h = k.to_hex();
-        assert_eq!(PrivateKey::from_hex(&h).unwrap().0, [7u8; 32]);
+        assert_eq!(**PrivateKey::from_hex(&h).unwrap().0, [7u8; 32]);
         assert!(PublicKey::from_base64("short").is_err());
+        // 44 characters without padding would be 33 bytes: refused, not cut to 32.
+        assert!(PrivateKey::from_base64(&"A".repeat(44)).is_err());
+        assert!(PresharedKey::from_base64(&format!("{}=", "A".repeat(43))).is_ok());
         assert!(
             PublicKey::from_hex(&"AB".repeat(32)).is_err(),
             "upper-case hex is refused"

@@ -8,6 +8,7 @@
 //! Module map, from the bottom up:
 //! - [`crypto`]: the primitives of the whitepaper (HASH, MAC, HMAC, KDF, AEAD, XAEAD).
 //! - [`keys`]: key types that zeroize and never print.
+//! - [`scrub`]: wiping the stack after work on a long-term key.
 //! - [`messages`]: the four wire formats.
 //! - [`handshake`]: Noise_IKpsk2 as pure functions.
 //! - [`cookie`]: mac1, mac2 and cookie replies.
@@ -31,6 +32,7 @@ pub mod packet;
 pub mod peer;
 pub mod ratelimiter;
 pub mod replay;
+pub mod scrub;
 pub mod session;
 pub mod steering;
 pub mod timers;

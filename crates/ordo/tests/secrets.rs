@@ -1,7 +1,9 @@
-//! No copy of a key is left in freed memory by the UAPI: a `set` carrying a private key and a
-//! preshared key, then a `get` that returns them, served by a real device, then the device
-//! dropped, while the allocator looks at every block freed for any 8 bytes of either key (raw)
-//! or 16 of their hex. Needs root (a TUN device, in a network namespace of its own).
+//! No copy of a key is left in freed memory by the UAPI: a `set` carrying a private key and 40
+//! peers with a preshared key, a `set` removing half of them, then a `get` that returns the
+//! keys, served by a real device, then the device dropped, while the allocator looks at every
+//! block freed for any 8 bytes of either key (raw) or 16 of their hex. Needs root (a TUN
+//! device, in a network namespace of its own). `make test` runs it in the debug and the
+//! release build: the optimiser changes where moved bytes and stale stack end up.
 
 use ordo::device::Device;
 use ordo::placement::model::PlaneConfig;
@@ -12,7 +14,13 @@ use zeroize::Zeroizing;
 
 const PRIVATE_HEX: &str = "e84b5a6d2717c1003a13b431570353dbaca9146cf150c5f8575680feba52027a";
 const PRESHARED_HEX: &str = "188515093e952f5f22e865cef3012e72f8b5f0b598ac0309d5dacce3b70fcf52";
+/// Peers' public keys: this one with its last byte replaced by the peer's number.
 const PEER_HEX: &str = "b85996fecc9c7f1fc6d2572a76eda11d59bcd20be8e543b15ce4bd85a8e75a33";
+const PEERS: usize = 40;
+
+fn peer_hex(i: usize) -> String {
+    format!("{}{i:02x}", &PEER_HEX[..62])
+}
 
 /// The allocator of this test binary: the system's, looking at what is freed while armed.
 struct Scanning;
@@ -37,11 +45,19 @@ unsafe impl GlobalAlloc for Scanning {
             ARMED.store(false, Ordering::Relaxed);
             let block = unsafe { std::slice::from_raw_parts(ptr, layout.size()) };
             if let Ok(pieces) = PIECES.try_lock() {
-                if pieces.iter().any(|p| block.windows(p.len()).any(|w| w == p.as_slice())) {
+                let found = pieces.iter().enumerate().find_map(|(i, p)| {
+                    let at = block.windows(p.len()).position(|w| w == p.as_slice())?;
+                    Some((i, at))
+                });
+                if let Some((piece, at)) = found {
                     HITS.fetch_add(1, Ordering::Relaxed);
                     LAST_HIT_SIZE.store(layout.size(), Ordering::Relaxed);
                     if std::env::var_os("ORDO_SECRETS_BACKTRACE").is_some() {
-                        eprintln!("{}", std::backtrace::Backtrace::force_capture());
+                        let backtrace = std::backtrace::Backtrace::force_capture();
+                        eprintln!(
+                            "piece {piece} at byte {at} of a {}-byte block:\n{backtrace}",
+                            layout.size()
+                        );
                     }
                 }
             }
@@ -96,14 +112,24 @@ fn no_key_is_left_in_freed_memory_by_the_uapi() {
         pieces.extend(pieces_of(PRESHARED_HEX));
     }
     let device = Device::create("ordosecrets", &PlaneConfig::default()).expect("a TUN device");
-    let mut request = Zeroizing::new(String::with_capacity(1024));
+    let mut request = Zeroizing::new(String::with_capacity(16 * 1024));
     {
         use std::fmt::Write;
-        let _ = write!(
-            request,
-            "set=1\nprivate_key={PRIVATE_HEX}\nlisten_port=0\npublic_key={PEER_HEX}\n\
-             preshared_key={PRESHARED_HEX}\nallowed_ip=10.9.0.2/32\n\nget=1\n\n"
-        );
+        // Enough peers, each with the preshared key, that the peer table's nodes split when
+        // they are added and merge when half are removed: moves of peers within the table.
+        let _ = write!(request, "set=1\nprivate_key={PRIVATE_HEX}\nlisten_port=0\n");
+        for i in 0..PEERS {
+            let _ = write!(
+                request,
+                "public_key={}\npreshared_key={PRESHARED_HEX}\nallowed_ip=10.9.{i}.2/32\n",
+                peer_hex(i)
+            );
+        }
+        let _ = write!(request, "\nset=1\n");
+        for i in 0..PEERS / 2 {
+            let _ = write!(request, "public_key={}\nremove=true\n", peer_hex(i));
+        }
+        let _ = write!(request, "\nget=1\n\n");
     }
     let mut reply = Zeroizing::new(Vec::with_capacity(1 << 16));
     ARMED.store(true, Ordering::SeqCst);
@@ -113,8 +139,16 @@ fn no_key_is_left_in_freed_memory_by_the_uapi() {
     drop(device);
     ARMED.store(false, Ordering::SeqCst);
     let reply = std::str::from_utf8(&reply).unwrap();
-    assert!(reply.starts_with("errno=0\n\nprivate_key=e84b5a6d"), "{reply}");
-    assert!(reply.contains(&format!("preshared_key={PRESHARED_HEX}")), "{reply}");
+    // Two sets answered, then the get.
+    assert!(
+        reply.starts_with("errno=0\n\nerrno=0\n\nprivate_key=e84b5a6d"),
+        "{reply}"
+    );
+    assert_eq!(
+        reply.matches(&format!("preshared_key={PRESHARED_HEX}")).count(),
+        PEERS / 2,
+        "{reply}"
+    );
     assert_eq!(
         HITS.load(Ordering::SeqCst),
         0,

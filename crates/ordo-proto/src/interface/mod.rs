@@ -326,7 +326,7 @@ impl Interface {
         if key.as_ref().map(|k| k.public_key()) == self.public_key() {
             return;
         }
-        self.identity = key.map(|k| Arc::new(Identity::new(k)));
+        self.identity = key.map(Identity::new);
         self.checker = self.identity.as_ref().map(|i| CookieChecker::new(&i.public));
         if let Some(me) = self.public_key() {
             if let Some(id) = self.by_key.get(&me).copied() {
