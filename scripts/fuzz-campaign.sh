@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The fuzz campaign: every target of crates/ordo-fuzz-targets under libFuzzer (cargo-fuzz,
 # nightly toolchain, debug assertions and overflow checks on but in the curve arithmetic:
-# fuzz/Cargo.toml and scripts/fuzz-rustc.sh say why), SECONDS each, one after another. The packet targets
+# fuzz/Cargo.toml and scripts/fuzz-rustc.sh say why; its results are remembered under the
+# fuzzer: crates/ordo-proto/src/curve.rs), SECONDS each, one after another. The packet targets
 # run under AddressSanitizer (the checksum's AVX2 path is unsafe code); the others reach only
 # safe Rust, where ASan finds nothing and costs several times the executions.
 #

@@ -3,6 +3,7 @@
 //! is fresh and where state lives are decided by the caller ([`crate::interface`]).
 
 use crate::crypto::{aead_open, aead_seal, hash, kdf};
+use crate::curve::{public_of, shared};
 use crate::keys::{PresharedKey, PrivateKey, PublicKey};
 use crate::messages::{Initiation, Response};
 use rand_core::{CryptoRng, RngCore};
@@ -79,17 +80,8 @@ impl Identity {
     /// DH(our static, their static): fixed per peer, so computed when the peer is added.
     /// None for a low-order public key, with which no handshake can succeed.
     pub fn static_static(&self, remote: &PublicKey) -> Option<Zeroizing<[u8; 32]>> {
-        dh(&self.secret, &remote.0)
+        shared(&self.secret, &remote.0)
     }
-}
-
-/// DH(secret, public) in frames that are wiped afterwards: the ladder copies the scalar.
-fn dh(secret: &StaticSecret, public: &[u8; 32]) -> Option<Zeroizing<[u8; 32]>> {
-    crate::scrub::scrubbed(|| {
-        let shared = secret.diffie_hellman(&x25519_dalek::PublicKey::from(*public));
-        let out = Zeroizing::new(shared.to_bytes());
-        (out.iter().any(|b| *b != 0)).then_some(out)
-    })
 }
 
 fn initial_chain() -> ([u8; 32], [u8; 32]) {
@@ -127,10 +119,10 @@ pub fn create_initiation(
     let (ck, h) = initial_chain();
     let h = hash(&[&h, &remote.0]);
     let ephemeral = StaticSecret::random_from_rng(rng);
-    let e_pub = x25519_dalek::PublicKey::from(&ephemeral).to_bytes();
+    let e_pub = public_of(&ephemeral);
     let [ck] = kdf::<1>(&ck, &e_pub);
     let h = hash(&[&h, &e_pub]);
-    let es = dh(&ephemeral, &remote.0).ok_or(HandshakeError::WeakKey)?;
+    let es = shared(&ephemeral, &remote.0).ok_or(HandshakeError::WeakKey)?;
     let [ck, k] = kdf::<2>(&ck, &es[..]);
     let encrypted_static: [u8; 48] = aead_seal(&k, 0, &me.public.0, &h);
     let h = hash(&[&h, &encrypted_static]);
@@ -175,7 +167,7 @@ pub fn consume_initiation(
     let h = hash(&[&h, &me.public.0]);
     let [ck] = kdf::<1>(&ck, &msg.ephemeral);
     let h = hash(&[&h, &msg.ephemeral]);
-    let es = dh(&me.secret, &msg.ephemeral).ok_or(HandshakeError::WeakKey)?;
+    let es = shared(&me.secret, &msg.ephemeral).ok_or(HandshakeError::WeakKey)?;
     let [ck, k] = kdf::<2>(&ck, &es[..]);
     let initiator = aead_open::<32, 48>(&k, 0, &msg.encrypted_static, &h).ok_or(HandshakeError::Decrypt)?;
     let initiator = PublicKey(*initiator);
@@ -202,12 +194,12 @@ pub fn create_response(
     rng: &mut (impl RngCore + CryptoRng),
 ) -> Result<(Response, SessionKeys), HandshakeError> {
     let ephemeral = StaticSecret::random_from_rng(rng);
-    let e_pub = x25519_dalek::PublicKey::from(&ephemeral).to_bytes();
+    let e_pub = public_of(&ephemeral);
     let [ck] = kdf::<1>(&init.ck, &e_pub);
     let h = hash(&[&init.h, &e_pub]);
-    let ee = dh(&ephemeral, &init.remote_ephemeral).ok_or(HandshakeError::WeakKey)?;
+    let ee = shared(&ephemeral, &init.remote_ephemeral).ok_or(HandshakeError::WeakKey)?;
     let [ck] = kdf::<1>(&ck, &ee[..]);
-    let se = dh(&ephemeral, &init.initiator.0).ok_or(HandshakeError::WeakKey)?;
+    let se = shared(&ephemeral, &init.initiator.0).ok_or(HandshakeError::WeakKey)?;
     let [ck] = kdf::<1>(&ck, &se[..]);
     let [ck, t, k] = kdf::<3>(&ck, psk.as_bytes());
     let h = hash(&[&h, &t[..]]);
@@ -238,9 +230,9 @@ pub fn consume_response(
 ) -> Result<SessionKeys, HandshakeError> {
     let [ck] = kdf::<1>(&state.ck, &msg.ephemeral);
     let h = hash(&[&state.h, &msg.ephemeral]);
-    let ee = dh(&state.ephemeral, &msg.ephemeral).ok_or(HandshakeError::WeakKey)?;
+    let ee = shared(&state.ephemeral, &msg.ephemeral).ok_or(HandshakeError::WeakKey)?;
     let [ck] = kdf::<1>(&ck, &ee[..]);
-    let se = dh(&me.secret, &msg.ephemeral).ok_or(HandshakeError::WeakKey)?;
+    let se = shared(&me.secret, &msg.ephemeral).ok_or(HandshakeError::WeakKey)?;
     let [ck] = kdf::<1>(&ck, &se[..]);
     let [ck, t, k] = kdf::<3>(&ck, psk.as_bytes());
     let h = hash(&[&h, &t[..]]);

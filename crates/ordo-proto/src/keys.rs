@@ -131,7 +131,7 @@ impl PrivateKey {
         self.0.iter().all(|b| *b == 0)
     }
     pub fn public_key(&self) -> PublicKey {
-        crate::scrub::scrubbed(|| PublicKey(x25519_dalek::PublicKey::from(&self.secret()).to_bytes()))
+        crate::scrub::scrubbed(|| PublicKey(crate::curve::public_of(&self.secret())))
     }
     /// The curve's scalar: a copy of the key by value. Make it where the stack is wiped
     /// afterwards ([`crate::scrub`]).

@@ -8,6 +8,7 @@
 //! Module map, from the bottom up:
 //! - [`crypto`]: the primitives of the whitepaper (HASH, MAC, HMAC, KDF, AEAD, XAEAD).
 //! - [`keys`]: key types that zeroize and never print.
+//! - [`curve`]: the X25519 operations.
 //! - [`scrub`]: wiping the stack after work on a long-term key.
 //! - [`messages`]: the four wire formats.
 //! - [`handshake`]: Noise_IKpsk2 as pure functions.
@@ -24,6 +25,7 @@
 pub mod allowed_ips;
 pub mod cookie;
 pub mod crypto;
+mod curve;
 pub mod handshake;
 pub mod interface;
 pub mod keys;
