@@ -44,6 +44,10 @@ pub enum Op {
     /// application's listening socket. Each connection accepted comes over it as an
     /// [`Accepted`] with the connection's descriptor.
     ListenTcp,
+    /// Connect a UDP socket to the address; the request carries the application's end of a
+    /// Unix seqpacket pair, over which each record is one datagram, each way (payload only:
+    /// the socket has one remote).
+    ConnectUdp,
 }
 
 impl Op {
@@ -51,6 +55,7 @@ impl Op {
         match self {
             Op::ConnectTcp => 1,
             Op::ListenTcp => 2,
+            Op::ConnectUdp => 3,
         }
     }
 
@@ -58,6 +63,7 @@ impl Op {
         match c {
             1 => Some(Op::ConnectTcp),
             2 => Some(Op::ListenTcp),
+            3 => Some(Op::ConnectUdp),
             _ => None,
         }
     }
@@ -311,6 +317,12 @@ mod tests {
 
     #[test]
     fn messages_round_trip() {
+        let udp = Request {
+            op: Op::ConnectUdp,
+            addr: "10.0.0.2:53".parse().unwrap(),
+            nonblocking: None,
+        };
+        assert_eq!(Request::decode(&udp.encode()), Ok(udp));
         for addr in ["10.0.0.2:80", "[fd00::2]:443"] {
             for nonblocking in [
                 None,

@@ -7,6 +7,18 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 ///
 /// # Safety
 /// `addr` is null or points to `len` readable bytes.
+/// An IPv4-mapped IPv6 address as the IPv4 address it stands for (how an IPv6 socket reaches
+/// an IPv4 destination); others unchanged.
+pub fn unmapped(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => a,
+        },
+        v4 => v4,
+    }
+}
+
 pub unsafe fn read(addr: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
     if addr.is_null() || (len as usize) < std::mem::size_of::<libc::sa_family_t>() {
         return None;

@@ -8,19 +8,12 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
-/// A Unix stream socket pair, close-on-exec.
-pub fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+/// A Unix socket pair of type `ty` (SOCK_STREAM for a TCP connection, SOCK_SEQPACKET for a
+/// listening socket or a UDP socket), close-on-exec.
+pub fn socket_pair(ty: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: `fds` has room for the two descriptors socketpair writes.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } < 0
-    {
+    if unsafe { libc::socketpair(libc::AF_UNIX, ty | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: socketpair succeeded: both are open descriptors that nothing else owns.
@@ -173,7 +166,7 @@ pub fn recv_accepted(fd: RawFd, cloexec: bool) -> io::Result<(ordo_attach::Accep
     let mut msg = rights.recv_header(&mut iov);
     let flags = if cloexec { libc::MSG_CMSG_CLOEXEC } else { 0 };
     // SAFETY: `msg` points into `rights` and `iov`, alive for the call.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+    let n = unsafe { real::recvmsg(fd, &mut msg, flags) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }

@@ -9,9 +9,11 @@
 //! real kernel descriptor, so read, write, send, recv, poll, epoll, select, dup, fork and
 //! close need no hook. A `bind` to a tunnel address and `listen` make a listening socket in
 //! the stack, whose connections `accept` takes; the name and option calls answer for tunnel
-//! sockets as TCP sockets would; epoll registrations survive the swap (`epoll`); datagrams
-//! to tunnel addresses fail closed until UDP is carried. Without the service's settings in
-//! the environment every hook is the C library's own call.
+//! sockets as TCP sockets would; epoll registrations survive the swap (`epoll`). A UDP socket
+//! connected to a tunnel address becomes one end of a seqpacket pair whose records are its
+//! datagrams (the receive calls report its remote as their source); datagrams to tunnel
+//! addresses from unconnected sockets fail closed until those are carried. Without the
+//! service's settings in the environment every hook is the C library's own call.
 //!
 //! Rules every hook keeps: a program's call reaches the C library unchanged unless it is
 //! about the tunnel; no panic crosses into C (each hook catches and answers EIO); the C
@@ -25,7 +27,7 @@ mod sockets;
 
 use libc::{c_int, sockaddr, socklen_t};
 use ordo_attach::{Op, Request, Route};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, IntoRawFd};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -117,20 +119,17 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         set_errno(libc::ENOTSOCK);
         return -1;
     };
+    let dest = addr::unmapped(dest);
+    if ty == libc::SOCK_DGRAM {
+        return connect_datagram(s, fd, family, dest);
+    }
     if ty != libc::SOCK_STREAM {
-        // Datagram sockets to the tunnel are not carried yet: fail closed rather than let
+        // Other kinds of sockets to the tunnel are not carried: fail closed rather than let
         // the kernel send them elsewhere.
         set_errno(libc::ENETUNREACH);
         return -1;
     }
-    let dest = match dest {
-        std::net::SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => std::net::SocketAddr::new(v4.into(), v6.port()),
-            None => dest,
-        },
-        v4 => v4,
-    };
-    let (mine, theirs) = match attach::socket_pair() {
+    let (mine, theirs) = match attach::socket_pair(libc::SOCK_STREAM) {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
@@ -169,30 +168,11 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         }
     };
     drop(theirs);
-    // SAFETY: as above.
-    let fd_flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-    let cloexec = if fd_flags >= 0 && fd_flags & libc::FD_CLOEXEC != 0 {
-        libc::O_CLOEXEC
-    } else {
-        0
+    let inode = match swap_in(fd, mine) {
+        Ok(inode) => inode,
+        Err(()) => return -1,
     };
-    let old_inode = sockets::socket_inode(fd);
-    let stand_in = mine.into_raw_fd();
-    // SAFETY: both are open descriptors; dup3 atomically replaces `fd`'s file.
-    let r = unsafe { libc::dup3(stand_in, fd, cloexec) };
-    // SAFETY: `stand_in` is ours (into_raw_fd above) and no longer needed.
-    unsafe { libc::close(stand_in) };
-    if r < 0 {
-        return -1;
-    }
-    if nonblocking {
-        // SAFETY: setting a status flag on the descriptor we just put in place.
-        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
-    }
-    if let Some(inode) = sockets::socket_inode(fd) {
-        if let Some(old) = old_inode {
-            epoll::carry_over(fd, old, inode);
-        }
+    if let Some(inode) = inode {
         sockets::remember(sockets::TunnelSocket {
             inode,
             family,
@@ -201,6 +181,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
             pending: pending.map(IntoRawFd::into_raw_fd),
             error: 0,
             listening: false,
+            datagram: false,
         });
     }
     if nonblocking {
@@ -208,6 +189,79 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         return -1;
     }
     0
+}
+
+/// A UDP socket connected to a tunnel address: its descriptor becomes one end of a Unix
+/// seqpacket pair whose records are its datagrams, the other end the service's. Answered at
+/// once, blocking or not: connecting UDP sends nothing.
+fn connect_datagram(s: &Settings, fd: c_int, family: c_int, dest: std::net::SocketAddr) -> c_int {
+    let (mine, theirs) = match attach::socket_pair(libc::SOCK_SEQPACKET) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let request = Request {
+        op: Op::ConnectUdp,
+        addr: dest,
+        nonblocking: None,
+    };
+    let reply = match attach::ask(&s.socket, &request, theirs.as_raw_fd()) {
+        Ok(r) if r.errno != 0 => {
+            set_errno(r.errno);
+            return -1;
+        }
+        Ok(r) => r,
+        Err(e) => return fail_closed(e),
+    };
+    drop(theirs);
+    match swap_in(fd, mine) {
+        Ok(Some(inode)) => sockets::remember(sockets::TunnelSocket {
+            inode,
+            family,
+            local: reply.local,
+            remote: Some(dest),
+            pending: None,
+            error: 0,
+            listening: false,
+            datagram: true,
+        }),
+        Ok(None) => {}
+        Err(()) => return -1,
+    }
+    0
+}
+
+/// Puts `stand_in` in place of the program's descriptor `fd`: the same number, its
+/// O_NONBLOCK (which lives in the open file) and FD_CLOEXEC (in the descriptor) kept, its
+/// epoll registrations carried over. Returns the stand-in's inode (None if it cannot be read,
+/// which leaves the socket working but unnamed); Err with errno set if `fd` was not replaced.
+fn swap_in(fd: c_int, stand_in: std::os::fd::OwnedFd) -> Result<Option<u64>, ()> {
+    // SAFETY: fcntl on the program's descriptor, reading flags only.
+    let status = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    let fd_flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    let cloexec = if fd_flags >= 0 && fd_flags & libc::FD_CLOEXEC != 0 {
+        libc::O_CLOEXEC
+    } else {
+        0
+    };
+    let old_inode = sockets::socket_inode(fd);
+    let raw = stand_in.into_raw_fd();
+    // SAFETY: both are open descriptors; dup3 atomically replaces `fd`'s file.
+    let r = unsafe { libc::dup3(raw, fd, cloexec) };
+    // SAFETY: `raw` is ours (into_raw_fd above) and no longer needed.
+    unsafe { libc::close(raw) };
+    if r < 0 {
+        return Err(());
+    }
+    if status >= 0 && status & libc::O_NONBLOCK != 0 {
+        // SAFETY: setting a status flag on the descriptor we just put in place.
+        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
+    }
+    let inode = sockets::socket_inode(fd);
+    if let (Some(old), Some(new)) = (old_inode, inode) {
+        epoll::carry_over(fd, old, new);
+    }
+    Ok(inode)
 }
 
 fn fail(e: std::io::Error) -> c_int {
@@ -398,7 +452,10 @@ pub unsafe extern "C" fn getsockopt(
                 Some(errno)
             }
             (libc::SOL_SOCKET, libc::SO_DOMAIN) => Some(t.family),
+            (libc::SOL_SOCKET, libc::SO_PROTOCOL) if t.datagram => Some(libc::IPPROTO_UDP),
             (libc::SOL_SOCKET, libc::SO_PROTOCOL) => Some(libc::IPPROTO_TCP),
+            // The stand-in of a UDP socket is a seqpacket socket: it answers as what it stands for.
+            (libc::SOL_SOCKET, libc::SO_TYPE) if t.datagram => Some(libc::SOCK_DGRAM),
             (libc::IPPROTO_TCP, libc::TCP_INFO) => {
                 // SAFETY: tcp_info is plain data; all zeros is valid.
                 let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
@@ -455,19 +512,28 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mu
     r
 }
 
-/// Whether `addr` (a destination given with a datagram) is inside the tunnel's routes.
+/// Whether a send on `fd` to the destination `addr` must fail, and with which errno:
+/// ENETUNREACH for a tunnel destination from a socket that is not connected through the
+/// tunnel (unconnected UDP is not carried yet: it fails closed, never leaving by the
+/// kernel's route); EISCONN for a tunnel UDP socket given another destination than its
+/// remote (the kernel would send there; the stand-in reaches its remote only, and ignores
+/// the destination it is given, so it must not be handed one it would misdirect).
 ///
 /// # Safety
 /// `addr` is null or points to `len` readable bytes.
-unsafe fn to_tunnel(addr: *const sockaddr, len: socklen_t) -> bool {
-    let Some(s) = settings() else { return false };
+unsafe fn refused_destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Option<c_int> {
+    let s = settings()?;
     // SAFETY: the caller's contract.
-    let dest = unsafe { addr::read(addr, len) };
-    dest.is_some_and(|d| ordo_attach::through_tunnel(&s.routes, d.ip()))
+    let dest = addr::unmapped(unsafe { addr::read(addr, len) }?);
+    match tunnel_socket(fd) {
+        Some(t) if t.datagram => (t.remote != Some(dest)).then_some(libc::EISCONN),
+        // A connected TCP socket ignores a destination, as the kernel's does.
+        Some(_) => None,
+        None => ordo_attach::through_tunnel(&s.routes, dest.ip()).then_some(libc::ENETUNREACH),
+    }
 }
 
-/// sendto(2): a datagram (or a TCP fast open) to a tunnel address is not carried yet: it
-/// fails closed with ENETUNREACH, never leaving by the kernel's route.
+/// sendto(2): see [`refused_destination`]; everything else is the C library's.
 ///
 /// # Safety
 /// As sendto(2).
@@ -481,8 +547,8 @@ pub unsafe extern "C" fn sendto(
     addr_len: socklen_t,
 ) -> libc::ssize_t {
     // SAFETY: the caller's address, as sendto(2) promises it.
-    if unsafe { to_tunnel(addr, addr_len) } {
-        set_errno(libc::ENETUNREACH);
+    if let Some(errno) = unsafe { refused_destination(fd, addr, addr_len) } {
+        set_errno(errno);
         return -1;
     }
     // SAFETY: the caller's arguments, unchanged.
@@ -495,40 +561,158 @@ pub unsafe extern "C" fn sendto(
 /// As sendmsg(2).
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> libc::ssize_t {
-    // SAFETY: `msg` is the caller's message header, as sendmsg(2) promises it.
-    if !msg.is_null() && unsafe { to_tunnel((*msg).msg_name.cast(), (*msg).msg_namelen) } {
-        set_errno(libc::ENETUNREACH);
-        return -1;
+    if !msg.is_null() {
+        // SAFETY: `msg` is the caller's message header, as sendmsg(2) promises it.
+        if let Some(errno) = unsafe { refused_destination(fd, (*msg).msg_name.cast(), (*msg).msg_namelen) } {
+            set_errno(errno);
+            return -1;
+        }
     }
     // SAFETY: the caller's arguments, unchanged.
     unsafe { real::sendmsg(fd, msg, flags) }
 }
 
-/// sendmmsg(2): as [`sendto`]; the messages before the first to a tunnel address are sent,
-/// and their count returned (none: ENETUNREACH).
+/// sendmmsg(2): as [`sendto`]; the messages before the first refused are sent, and their
+/// count returned (none: that message's errno).
 ///
 /// # Safety
 /// As sendmmsg(2).
 #[no_mangle]
 pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int) -> c_int {
     let mut allowed = n;
+    let mut refused = 0;
     if settings().is_some() && !msgs.is_null() {
         for i in 0..n {
             // SAFETY: `msgs` has `n` entries, as sendmmsg(2) promises.
             let h = unsafe { &(*msgs.add(i as usize)).msg_hdr };
             // SAFETY: the entry's own destination.
-            if unsafe { to_tunnel(h.msg_name.cast(), h.msg_namelen) } {
+            if let Some(errno) = unsafe { refused_destination(fd, h.msg_name.cast(), h.msg_namelen) } {
                 allowed = i;
+                refused = errno;
                 break;
             }
         }
     }
     if allowed == 0 && n > 0 {
-        set_errno(libc::ENETUNREACH);
+        set_errno(refused);
         return -1;
     }
     // SAFETY: the caller's arguments, the count cut at the first refused message.
     unsafe { real::sendmmsg(fd, msgs, allowed, flags) }
+}
+
+/// Where a datagram read from `fd` came from, if `fd` is a tunnel UDP socket: its remote
+/// (the only source a connected socket receives from), in the family it was made with.
+fn datagram_source(fd: c_int) -> Option<(std::net::SocketAddr, c_int)> {
+    match tunnel_socket(fd)? {
+        TunnelSocket {
+            datagram: true,
+            remote: Some(r),
+            family,
+            ..
+        } => Some((r, family)),
+        _ => None,
+    }
+}
+
+/// recvfrom(2): the C library's; on a tunnel UDP socket, the source it reports is the
+/// socket's remote (the stand-in has no such address to give).
+///
+/// # Safety
+/// As recvfrom(2).
+#[no_mangle]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut libc::c_void,
+    len: libc::size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    addr_len: *mut socklen_t,
+) -> libc::ssize_t {
+    // Only a caller asking where the datagram came from needs the look-up.
+    let source = if addr.is_null() || addr_len.is_null() {
+        None
+    } else {
+        datagram_source(fd)
+    };
+    // The kernel sets the length to the stand-in's (empty) source: the buffer's size is
+    // taken first.
+    // SAFETY: `addr_len` is non-null whenever `source` is set, and the caller's to read.
+    let room = source.map(|_| unsafe { *addr_len });
+    // SAFETY: the caller's arguments, unchanged.
+    let n = unsafe { real::recvfrom(fd, buf, len, flags, addr, addr_len) };
+    if let (true, Some((a, family)), Some(room)) = (n >= 0, source, room) {
+        // SAFETY: the caller's address buffer of `room` bytes and its length, non-null.
+        unsafe {
+            *addr_len = room;
+            addr::write(a, family, addr, addr_len);
+        }
+    }
+    n
+}
+
+/// recvmsg(2): as [`recvfrom`], for the message's name.
+///
+/// # Safety
+/// As recvmsg(2).
+#[no_mangle]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> libc::ssize_t {
+    // SAFETY: `msg` is null or the caller's message header, as recvmsg(2) promises it.
+    let source = if msg.is_null() || unsafe { (*msg).msg_name.is_null() } {
+        None
+    } else {
+        datagram_source(fd)
+    };
+    // As in recvfrom: the name buffer's size, before the kernel overwrites it.
+    // SAFETY: `msg` is non-null whenever `source` is set.
+    let room = source.map(|_| unsafe { (*msg).msg_namelen });
+    // SAFETY: the caller's arguments, unchanged.
+    let n = unsafe { real::recvmsg(fd, msg, flags) };
+    if let (true, Some((a, family)), Some(room)) = (n >= 0, source, room) {
+        // SAFETY: the header's name buffer (non-null, checked above) of `room` bytes.
+        unsafe {
+            (*msg).msg_namelen = room;
+            addr::write(a, family, (*msg).msg_name.cast(), &mut (*msg).msg_namelen);
+        }
+    }
+    n
+}
+
+/// recvmmsg(2): as [`recvfrom`], for each message received.
+///
+/// # Safety
+/// As recvmmsg(2).
+#[no_mangle]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    n: libc::c_uint,
+    flags: c_int,
+    timeout: *mut libc::timespec,
+) -> c_int {
+    let source = if msgs.is_null() { None } else { datagram_source(fd) };
+    // As in recvfrom: each name buffer's size, before the kernel overwrites it.
+    let rooms: Vec<socklen_t> = match source {
+        // SAFETY: `msgs` has `n` entries, as recvmmsg(2) promises.
+        Some(_) => (0..n as usize)
+            .map(|i| unsafe { (*msgs.add(i)).msg_hdr.msg_namelen })
+            .collect(),
+        None => Vec::new(),
+    };
+    // SAFETY: the caller's arguments, unchanged.
+    let got = unsafe { real::recvmmsg(fd, msgs, n, flags, timeout) };
+    if let Some((a, family)) = source {
+        for (i, room) in rooms.iter().enumerate().take(got.max(0) as usize) {
+            // SAFETY: the kernel filled the first `got` of the caller's `n` entries.
+            let h = unsafe { &mut (*msgs.add(i)).msg_hdr };
+            if !h.msg_name.is_null() {
+                h.msg_namelen = *room;
+                // SAFETY: the entry's name buffer of `room` bytes and its length field.
+                unsafe { addr::write(a, family, h.msg_name.cast(), &mut h.msg_namelen) };
+            }
+        }
+    }
+    got
 }
 
 /// The tunnel address a not yet listening socket was bound to, and its family.
@@ -550,13 +734,7 @@ pub unsafe extern "C" fn bind(fd: c_int, address: *const sockaddr, len: socklen_
     let dest = unsafe { addr::read(address, len) };
     if let (Some(s), Some(a)) = (settings(), dest) {
         if ordo_attach::through_tunnel(&s.routes, a.ip()) && socket_type(fd) == Some(libc::SOCK_STREAM) {
-            let a = match a {
-                std::net::SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-                    Some(v4) => std::net::SocketAddr::new(v4.into(), v6.port()),
-                    None => a,
-                },
-                v4 => v4,
-            };
+            let a = addr::unmapped(a);
             return guarded(|| match sockets::socket_inode(fd) {
                 Some(inode) => {
                     sockets::bound(inode, a);
@@ -596,25 +774,9 @@ fn listen_in_stack(s: &Settings, fd: c_int, inode: u64, local: std::net::SocketA
         set_errno(libc::ENOTSOCK);
         return -1;
     };
-    let mut fds = [0 as c_int; 2];
-    // SAFETY: `fds` has room for the two descriptors socketpair writes.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } < 0
-    {
-        return -1;
-    }
-    // SAFETY: both are fresh descriptors nothing else owns.
-    let (mine, theirs) = unsafe {
-        (
-            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
-            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
-        )
+    let (mine, theirs) = match attach::socket_pair(libc::SOCK_SEQPACKET) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
     };
     let request = Request {
         op: Op::ListenTcp,
@@ -630,30 +792,12 @@ fn listen_in_stack(s: &Settings, fd: c_int, inode: u64, local: std::net::SocketA
         Err(e) => return fail_closed(e),
     };
     drop(theirs);
-    // SAFETY: fcntl on the program's descriptor, reading flags only.
-    let status = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    // SAFETY: as above.
-    let fd_flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-    let cloexec = if fd_flags >= 0 && fd_flags & libc::FD_CLOEXEC != 0 {
-        libc::O_CLOEXEC
-    } else {
-        0
+    let new = match swap_in(fd, mine) {
+        Ok(inode) => inode,
+        Err(()) => return -1,
     };
-    let stand_in = mine.into_raw_fd();
-    // SAFETY: both are open descriptors; dup3 atomically replaces `fd`'s file.
-    let r = unsafe { libc::dup3(stand_in, fd, cloexec) };
-    // SAFETY: `stand_in` is ours and no longer needed.
-    unsafe { libc::close(stand_in) };
-    if r < 0 {
-        return -1;
-    }
-    if status >= 0 && status & libc::O_NONBLOCK != 0 {
-        // SAFETY: setting a status flag on the descriptor we just put in place.
-        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
-    }
     sockets::forget_bound(inode);
-    if let Some(new) = sockets::socket_inode(fd) {
-        epoll::carry_over(fd, inode, new);
+    if let Some(new) = new {
         sockets::remember(TunnelSocket {
             inode: new,
             family,
@@ -662,6 +806,7 @@ fn listen_in_stack(s: &Settings, fd: c_int, inode: u64, local: std::net::SocketA
             pending: None,
             error: 0,
             listening: true,
+            datagram: false,
         });
     }
     0
@@ -725,6 +870,7 @@ unsafe fn accept_from_stack(
             pending: None,
             error: 0,
             listening: false,
+            datagram: false,
         });
     }
     cfd

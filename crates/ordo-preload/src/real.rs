@@ -50,6 +50,9 @@ static LISTEN: Real = Real::new(b"listen\0");
 static ACCEPT4: Real = Real::new(b"accept4\0");
 static SENDMSG: Real = Real::new(b"sendmsg\0");
 static SENDMMSG: Real = Real::new(b"sendmmsg\0");
+static RECVFROM: Real = Real::new(b"recvfrom\0");
+static RECVMSG: Real = Real::new(b"recvmsg\0");
+static RECVMMSG: Real = Real::new(b"recvmmsg\0");
 
 type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
 type NameFn = unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
@@ -61,6 +64,10 @@ type SendToFn =
     unsafe extern "C" fn(c_int, *const c_void, libc::size_t, c_int, *const sockaddr, socklen_t) -> libc::ssize_t;
 type SendMsgFn = unsafe extern "C" fn(c_int, *const libc::msghdr, c_int) -> libc::ssize_t;
 type SendMmsgFn = unsafe extern "C" fn(c_int, *mut libc::mmsghdr, libc::c_uint, c_int) -> c_int;
+type RecvFromFn =
+    unsafe extern "C" fn(c_int, *mut c_void, libc::size_t, c_int, *mut sockaddr, *mut socklen_t) -> libc::ssize_t;
+type RecvMsgFn = unsafe extern "C" fn(c_int, *mut libc::msghdr, c_int) -> libc::ssize_t;
+type RecvMmsgFn = unsafe extern "C" fn(c_int, *mut libc::mmsghdr, libc::c_uint, c_int, *mut libc::timespec) -> c_int;
 type EpollCtlFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int;
 type GetOptFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
 
@@ -201,4 +208,50 @@ pub unsafe fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t, flags
     let f: Accept4Fn = unsafe { std::mem::transmute::<usize, Accept4Fn>(ACCEPT4.get()) };
     // SAFETY: the caller's contract is accept4(2)'s.
     unsafe { f(fd, addr, len, flags) }
+}
+
+/// The C library's recvfrom.
+///
+/// # Safety
+/// As recvfrom(2).
+pub unsafe fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    len: libc::size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    addr_len: *mut socklen_t,
+) -> libc::ssize_t {
+    // SAFETY: the address is the C library's `recvfrom`, whose type this is.
+    let f: RecvFromFn = unsafe { std::mem::transmute::<usize, RecvFromFn>(RECVFROM.get()) };
+    // SAFETY: the caller's contract is recvfrom(2)'s.
+    unsafe { f(fd, buf, len, flags, addr, addr_len) }
+}
+
+/// The C library's recvmsg.
+///
+/// # Safety
+/// As recvmsg(2).
+pub unsafe fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> libc::ssize_t {
+    // SAFETY: the address is the C library's `recvmsg`, whose type this is.
+    let f: RecvMsgFn = unsafe { std::mem::transmute::<usize, RecvMsgFn>(RECVMSG.get()) };
+    // SAFETY: the caller's contract is recvmsg(2)'s.
+    unsafe { f(fd, msg, flags) }
+}
+
+/// The C library's recvmmsg.
+///
+/// # Safety
+/// As recvmmsg(2).
+pub unsafe fn recvmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    n: libc::c_uint,
+    flags: c_int,
+    timeout: *mut libc::timespec,
+) -> c_int {
+    // SAFETY: the address is the C library's `recvmmsg`, whose type this is.
+    let f: RecvMmsgFn = unsafe { std::mem::transmute::<usize, RecvMmsgFn>(RECVMMSG.get()) };
+    // SAFETY: the caller's contract is recvmmsg(2)'s.
+    unsafe { f(fd, msgs, n, flags, timeout) }
 }

@@ -24,6 +24,8 @@ pub struct TunnelSocket {
     pub error: i32,
     /// A listening socket: accept takes connections from the service over it.
     pub listening: bool,
+    /// A connected UDP socket: its stand-in's records are its datagrams.
+    pub datagram: bool,
 }
 
 /// Kernel sockets bound to a tunnel address, not yet listening: the kernel never saw the

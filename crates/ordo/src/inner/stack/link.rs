@@ -26,6 +26,8 @@ pub struct Wires {
     pub to_plane: Inbox<Vec<u8>>,
     pub packets_in: AtomicU64,
     pub packets_out: AtomicU64,
+    /// Applications' datagrams the stack did not carry, by reason.
+    pub datagram_drops: super::datagram::DatagramDrops,
 }
 
 /// smoltcp's view of [`Wires`]: a batch of delivered packets taken from the inbox at a time.

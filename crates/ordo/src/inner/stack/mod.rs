@@ -8,6 +8,7 @@
 //! belong to one thread of their own ([`service::Service`]), woken by the inbox, the
 //! applications and the stack's timers.
 
+pub mod datagram;
 pub mod link;
 pub mod service;
 
@@ -47,6 +48,7 @@ impl StackPort {
             to_plane: Inbox::new(INBOX)?,
             packets_in: AtomicU64::new(0),
             packets_out: AtomicU64::new(0),
+            datagram_drops: Default::default(),
         });
         let idle = (1..queues.max(1))
             .map(|_| Inbox::new(1).map(Arc::new))
@@ -102,6 +104,14 @@ impl InnerPort for StackPort {
             Counter::new(
                 "drop_stack_outbox_full",
                 self.wires.to_plane.overflows.load(Ordering::Relaxed),
+            ),
+            Counter::new(
+                "drop_stack_datagram_queue_full",
+                self.wires.datagram_drops.queue_full.load(Ordering::Relaxed),
+            ),
+            Counter::new(
+                "drop_stack_datagram_too_big",
+                self.wires.datagram_drops.too_big.load(Ordering::Relaxed),
             ),
         ]
     }

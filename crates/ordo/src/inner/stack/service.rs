@@ -10,14 +10,15 @@
 //! whole within [`REQUEST_DEADLINE`], and the numbers of pending requests and connections
 //! are bounded.
 
+use super::datagram::{self, Flow};
 use super::link::{Link, Wires};
 use super::StackSettings;
 use crate::host::wakeup::WakeUp;
 use ordo_attach::rights::Rights;
 use ordo_attach::{Op, Reply, Request, REQUEST_LEN};
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-use smoltcp::socket::tcp;
-use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
+use smoltcp::socket::{tcp, udp};
+use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint};
 use std::collections::HashSet;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -40,7 +41,7 @@ const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// Requests being read at once; more wait in the listen backlog.
 const MAX_PENDING_REQUESTS: usize = 64;
 /// Connections at once (at most 2 x [`TCP_BUFFER`] each); a request beyond is refused with
-/// EMFILE.
+/// EMFILE. A UDP socket's connect counts the UDP sockets too.
 const MAX_CONNECTIONS: usize = 1024;
 /// The longest the thread sleeps: it also looks at its stop flag when it wakes.
 const MAX_SLEEP: Duration = Duration::from_millis(250);
@@ -158,6 +159,10 @@ struct State {
     pending: Vec<PendingRequest>,
     connections: Vec<Connection>,
     listeners: Vec<Listener>,
+    /// Applications' connected UDP sockets.
+    flows: Vec<Flow>,
+    /// Where a flow's datagram is read before the stack queues it.
+    scratch: Vec<u8>,
     /// Sockets reset whose RST the next poll sends; removed after it.
     closing: Vec<SocketHandle>,
     ports_in_use: HashSet<u16>,
@@ -223,6 +228,8 @@ impl State {
             pending: Vec::new(),
             connections: Vec::new(),
             listeners: Vec::new(),
+            flows: Vec::new(),
+            scratch: vec![0; 65_536],
             closing: Vec::new(),
             ports_in_use: HashSet::new(),
             next_port,
@@ -256,6 +263,7 @@ impl State {
             self.read_requests();
             self.accept_connections();
             self.relay();
+            self.relay_datagrams();
             let now = self.now();
             self.iface.poll(now, &mut self.link, &mut self.sockets);
             for h in self.closing.drain(..) {
@@ -288,6 +296,10 @@ impl State {
                 events |= libc::POLLOUT;
             }
             fds.push(pollfd(c.app.as_raw_fd(), events));
+        }
+        for f in &self.flows {
+            let events = datagram::wanted(self.sockets.get::<udp::Socket>(f.handle));
+            fds.push(pollfd(f.app.as_raw_fd(), events));
         }
         let now = self.now();
         let mut sleep = self
@@ -405,6 +417,16 @@ impl State {
                 });
                 if let Err(errno) = self.connect(request.addr, app, unfill, p.control.try_clone()) {
                     reply(&p.control, errno, None, None);
+                }
+            }
+            Op::ConnectUdp => {
+                let app = match <[OwnedFd; 1]>::try_from(p.passed) {
+                    Ok([fd]) if is_unix(fd.as_raw_fd(), libc::SOCK_SEQPACKET) => fd,
+                    _ => return reply(&p.control, libc::EPROTO, None, None),
+                };
+                match self.connect_datagram(request.addr, app) {
+                    Ok(local) => reply(&p.control, 0, Some(local), Some(request.addr)),
+                    Err(errno) => reply(&p.control, errno, None, None),
                 }
             }
             Op::ListenTcp => {
@@ -568,14 +590,63 @@ impl State {
         Ok(())
     }
 
+    /// Connects a UDP socket of the stack to `to` for `app`: bound to our address of `to`'s
+    /// family and a free port. Nothing is sent yet, as with the kernel's connect on UDP.
+    fn connect_datagram(&mut self, to: SocketAddr, app: OwnedFd) -> Result<SocketAddr, i32> {
+        if self.connections.len() + self.flows.len() >= MAX_CONNECTIONS {
+            return Err(libc::EMFILE);
+        }
+        let ip = *self
+            .addresses
+            .iter()
+            .find(|a| a.is_ipv4() == to.is_ipv4())
+            .ok_or(libc::EADDRNOTAVAIL)?;
+        if to.port() == 0 {
+            return Err(libc::EINVAL);
+        }
+        set_nonblocking(app.as_raw_fd()).map_err(|e| errno_of(&e))?;
+        let local_port = self.take_port().ok_or(libc::EADDRNOTAVAIL)?;
+        let socket = datagram::new_socket(IpListenEndpoint {
+            addr: Some(IpAddress::from(ip)),
+            port: local_port,
+        });
+        let headers = if to.is_ipv4() { 20 + 8 } else { 40 + 8 };
+        self.flows.push(Flow {
+            handle: self.sockets.add(socket),
+            app,
+            local_port,
+            remote: IpEndpoint::new(IpAddress::from(to.ip()), to.port()),
+            max_payload: self.link.mtu.saturating_sub(headers),
+        });
+        Ok(SocketAddr::new(ip, local_port))
+    }
+
+    /// Each flow's turn; a flow whose application closed its end is removed.
+    fn relay_datagrams(&mut self) {
+        let mut i = 0;
+        while i < self.flows.len() {
+            let f = &self.flows[i];
+            let s = self.sockets.get_mut::<udp::Socket>(f.handle);
+            if datagram::relay(f, s, &mut self.scratch, &self.link.wires.datagram_drops) {
+                i += 1;
+                continue;
+            }
+            let f = self.flows.swap_remove(i);
+            self.sockets.remove(f.handle);
+            self.ports_in_use.remove(&f.local_port);
+        }
+    }
+
     /// Whether every connection's own data and FIN were acknowledged (or it ended).
     fn all_delivered(&self) -> bool {
-        self.connections.iter().all(|c| {
-            matches!(
-                self.sockets.get::<tcp::Socket>(c.handle).state(),
-                tcp::State::Closed | tcp::State::TimeWait | tcp::State::FinWait2
-            )
-        })
+        let datagrams_sent = (self.flows.iter()).all(|f| self.sockets.get::<udp::Socket>(f.handle).send_queue() == 0);
+        datagrams_sent
+            && self.connections.iter().all(|c| {
+                matches!(
+                    self.sockets.get::<tcp::Socket>(c.handle).state(),
+                    tcp::State::Closed | tcp::State::TimeWait | tcp::State::FinWait2
+                )
+            })
     }
 
     fn take_port(&mut self) -> Option<u16> {
