@@ -2,7 +2,7 @@
 //! that are not a request, a request without its descriptor or with the wrong kind, half a
 //! request, and a request for a family the stack has no address in. Each gets its error
 //! (or is dropped), and the service still serves a good request afterwards: the stack sends
-//! the connection's SYN towards the plane.
+//! the connection's SYN towards the plane, or a UDP socket's datagrams.
 
 use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
 use ordo::inner::stack::service::Service;
@@ -224,4 +224,63 @@ fn listen_and_non_blocking_requests_are_checked() {
     .encode();
     let (_e, theirs) = pair();
     assert_eq!(errno(&nonblocking, &[theirs.as_raw_fd()]), Some(libc::EPROTO));
+}
+
+#[test]
+fn udp_sockets_are_checked_and_their_datagrams_leave_as_sent() {
+    let r = start();
+    let udp_request = |addr: &str| {
+        Request {
+            op: Op::ConnectUdp,
+            addr: addr.parse().unwrap(),
+            nonblocking: None,
+        }
+        .encode()
+    };
+    // A UDP socket's stand-in is a seqpacket pair's end, not a stream's.
+    let (_a, stream) = pair();
+    assert_eq!(
+        ask(&r.socket, &udp_request("10.99.0.2:53"), Some(stream.as_raw_fd())).map(|r| r.errno),
+        Some(libc::EPROTO)
+    );
+    // A family the stack has no address in, and port 0, are refused.
+    let (_b, sp) = seqpacket_pair();
+    assert_eq!(
+        ask(&r.socket, &udp_request("[fd99::2]:53"), Some(sp.as_raw_fd())).map(|r| r.errno),
+        Some(libc::EADDRNOTAVAIL)
+    );
+    let (_c, sp) = seqpacket_pair();
+    assert_eq!(
+        ask(&r.socket, &udp_request("10.99.0.2:0"), Some(sp.as_raw_fd())).map(|r| r.errno),
+        Some(libc::EINVAL)
+    );
+    // A good one: named at once, and each record the application writes leaves as one
+    // datagram from its address to its remote, payload unchanged.
+    let (app, theirs) = seqpacket_pair();
+    let reply = ask(&r.socket, &udp_request("10.99.0.2:53"), Some(theirs.as_raw_fd())).expect("a reply");
+    assert_eq!(reply.errno, 0);
+    let local = reply.local.expect("a local address");
+    assert_eq!(local.ip().to_string(), "10.99.0.1");
+    assert_eq!(reply.remote, Some("10.99.0.2:53".parse().unwrap()));
+    drop(theirs);
+    let mut app = UnixStream::from(app);
+    app.write_all(b"hello").unwrap();
+    let p = next_packet(&r.port, Duration::from_secs(5)).expect("the datagram");
+    assert_eq!(p[9], 17, "UDP");
+    assert_eq!(&p[12..20], &[10, 99, 0, 1, 10, 99, 0, 2]);
+    assert_eq!(u16::from_be_bytes([p[20], p[21]]), local.port());
+    assert_eq!(u16::from_be_bytes([p[22], p[23]]), 53);
+    assert_eq!(&p[28..], b"hello");
+    // Larger than the tunnel carries in one packet: dropped and counted, and the next one
+    // still leaves.
+    app.write_all(&[7u8; 1420]).unwrap();
+    app.write_all(b"again").unwrap();
+    let p = next_packet(&r.port, Duration::from_secs(5)).expect("the next datagram");
+    assert_eq!(&p[28..], b"again");
+    let too_big = r
+        .port
+        .counters()
+        .into_iter()
+        .find(|c| c.name == "drop_stack_datagram_too_big");
+    assert_eq!(too_big.map(|c| c.value), Some(1));
 }
