@@ -324,6 +324,46 @@ s.sendto(b'outside', ('$OUT_B', 9999))
     [[ $(cat "$WORK/udp.out") == outside ]] || fail "the datagram outside the tunnel did not arrive"
 }
 
+# Names resolve through the tunnel's name server (`DNS =`, with a search domain): dnsmasq
+# on the far end's tunnel address answers, and sees the queries come from A's tunnel
+# address. curl by full name and by short name (the search domain), python's getaddrinfo for
+# IPv6 with the canonical name of an alias, a name nobody has (EAI_NONAME), and localhost
+# from the hosts file, still the host's.
+t_dns() {
+    setup
+    sed -i "/^Address/a DNS = $IN_B, ordo.test" "$CONF"
+    ip netns exec "$NS_B" dnsmasq --keep-in-foreground --conf-file=/dev/null --no-resolv --no-hosts \
+        --user=nobody --listen-address="$IN_B" --bind-interfaces \
+        --local=/ordo.test/ --host-record="web.ordo.test,$IN_B,$IN6_B" --cname=alias.ordo.test,web.ordo.test \
+        --log-queries --log-facility=- 2>"$WORK/dnsmasq.log" &
+    mkdir -p "$WORK/www"
+    echo tunnel >"$WORK/www/where"
+    http_server "$NS_B" "$IN_B" 8000 "$WORK/www"
+    for _ in $(seq 50); do
+        ip netns exec "$NS_B" ss -lun | grep "$IN_B:53 " >/dev/null && break
+        sleep 0.1
+    done
+    local got
+    got=$(ordo_run curl -sS --max-time 20 "http://web.ordo.test:8000/where") || fail "curl by name: $got"
+    [[ $got == tunnel ]] || fail "curl by name got: $got"
+    got=$(ordo_run curl -sS --max-time 20 "http://web:8000/where") || fail "curl by short name: $got"
+    [[ $got == tunnel ]] || fail "curl by short name got: $got"
+    got=$(ordo_run "$PY" -c "
+import socket
+info = socket.getaddrinfo('alias', 80, socket.AF_INET6, socket.SOCK_STREAM, 0, socket.AI_CANONNAME)
+print(info[0][4][0], info[0][3])
+try:
+    socket.getaddrinfo('nosuch.ordo.test', 80)
+    print('resolved')
+except socket.gaierror as e:
+    print(e.errno == socket.EAI_NONAME)
+print(socket.getaddrinfo('localhost', 80, socket.AF_INET)[0][4][0])
+") || fail "the program failed: $got"
+    [[ $got == "$IN6_B web.ordo.test"$'\nTrue\n127.0.0.1' ]] || fail "got: $got"
+    grep "query\[A\] web.ordo.test from $IN_A" "$WORK/dnsmasq.log" >/dev/null \
+        || fail "dnsmasq did not see the query come through the tunnel: $(cat "$WORK/dnsmasq.log")"
+}
+
 # A server under `ordo run`: python's http.server bound to the tunnel address, reached from
 # the far end by curl (twice, and by two clients at once); nc listening, fed from the far end.
 t_servers() {
@@ -370,6 +410,7 @@ run_test "curl_download[$PEER]" t_curl_download
 run_test "servers[$PEER]" t_servers
 run_test "udp[$PEER]" t_udp
 run_test "udp_fails_closed[$PEER]" t_udp_fails_closed
+run_test "dns[$PEER]" t_dns
 run_test "python_clients[$PEER]" t_python_clients
 run_test "iperf3[$PEER]" t_iperf3
 run_test "nc[$PEER]" t_nc

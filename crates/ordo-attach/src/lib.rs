@@ -23,6 +23,9 @@ pub const ENV_SOCKET: &str = "ORDO_ATTACH";
 /// The environment variable listing the networks reached through the tunnel (comma
 /// separated, `ADDR/PREFIX`), set by `ordo run` for the program.
 pub const ENV_ROUTES: &str = "ORDO_ATTACH_ROUTES";
+/// The environment variable carrying the interface's `DNS =` entries (comma separated, as
+/// written: addresses are name servers, anything else a search domain), set by `ordo run`.
+pub const ENV_DNS: &str = "ORDO_ATTACH_DNS";
 
 const MAGIC: [u8; 4] = *b"ORDA";
 /// The protocol's version: a service refuses requests of another.
@@ -301,6 +304,50 @@ pub fn format_routes(routes: &[Route]) -> String {
     items.join(",")
 }
 
+/// Name resolution as a wg-quick file's `DNS =` asks for it: the name servers, and the
+/// domains to search for a name without a dot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dns {
+    pub servers: Vec<IpAddr>,
+    pub search: Vec<String>,
+}
+
+impl Dns {
+    /// Reads `DNS =` entries (comma separated, as wg-quick does: an entry that is an address
+    /// is a name server, any other a search domain). An entry that is neither (empty, or not
+    /// a domain name's characters) is an error naming it.
+    pub fn parse(entries: &str) -> Result<Dns, String> {
+        let mut dns = Dns::default();
+        for e in entries.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            if let Ok(ip) = e.parse::<IpAddr>() {
+                dns.servers.push(ip);
+            } else if is_domain(e) {
+                dns.search.push(e.trim_end_matches('.').to_ascii_lowercase());
+            } else {
+                return Err(format!("{e:?} is neither an address nor a domain name"));
+            }
+        }
+        Ok(dns)
+    }
+
+    /// As [`Dns::parse`] reads it.
+    pub fn format(&self) -> String {
+        let servers = self.servers.iter().map(IpAddr::to_string);
+        servers.chain(self.search.iter().cloned()).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// Whether `s` is a domain name: dot-separated labels of letters, digits, `-` and `_`, each
+/// 1 to 63 characters, 253 in all.
+fn is_domain(s: &str) -> bool {
+    let s = s.strip_suffix('.').unwrap_or(s);
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
 /// Whether a connection to `ip` goes through the tunnel: inside one of the routes, and not
 /// loopback (which always stays with the kernel, whatever the routes say).
 pub fn through_tunnel(routes: &[Route], ip: IpAddr) -> bool {
@@ -382,6 +429,20 @@ mod tests {
         let mut b = good;
         b[6] = 0;
         assert_eq!(Request::decode(&b), Err(DecodeError::Family(0)));
+    }
+
+    #[test]
+    fn dns_entries_are_servers_and_search_domains() {
+        let dns = Dns::parse("10.99.0.2, fd99::2,corp.example., Lab").unwrap();
+        assert_eq!(
+            dns.servers,
+            ["10.99.0.2".parse::<IpAddr>().unwrap(), "fd99::2".parse().unwrap()]
+        );
+        assert_eq!(dns.search, ["corp.example", "lab"]);
+        assert_eq!(Dns::parse(&dns.format()), Ok(dns));
+        assert!(Dns::parse("10.0.0.1, bad name").is_err());
+        assert!(Dns::parse("a..b").is_err());
+        assert_eq!(Dns::parse(" , "), Ok(Dns::default()));
     }
 
     #[test]

@@ -53,6 +53,7 @@ static SENDMMSG: Real = Real::new(b"sendmmsg\0");
 static RECVFROM: Real = Real::new(b"recvfrom\0");
 static RECVMSG: Real = Real::new(b"recvmsg\0");
 static RECVMMSG: Real = Real::new(b"recvmmsg\0");
+static GETADDRINFO: Real = Real::new(b"getaddrinfo\0");
 
 type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
 type NameFn = unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
@@ -68,6 +69,12 @@ type RecvFromFn =
     unsafe extern "C" fn(c_int, *mut c_void, libc::size_t, c_int, *mut sockaddr, *mut socklen_t) -> libc::ssize_t;
 type RecvMsgFn = unsafe extern "C" fn(c_int, *mut libc::msghdr, c_int) -> libc::ssize_t;
 type RecvMmsgFn = unsafe extern "C" fn(c_int, *mut libc::mmsghdr, libc::c_uint, c_int, *mut libc::timespec) -> c_int;
+type GetAddrInfoFn = unsafe extern "C" fn(
+    *const libc::c_char,
+    *const libc::c_char,
+    *const libc::addrinfo,
+    *mut *mut libc::addrinfo,
+) -> c_int;
 type EpollCtlFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int;
 type GetOptFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
 
@@ -254,4 +261,20 @@ pub unsafe fn recvmmsg(
     let f: RecvMmsgFn = unsafe { std::mem::transmute::<usize, RecvMmsgFn>(RECVMMSG.get()) };
     // SAFETY: the caller's contract is recvmmsg(2)'s.
     unsafe { f(fd, msgs, n, flags, timeout) }
+}
+
+/// The C library's getaddrinfo.
+///
+/// # Safety
+/// As getaddrinfo(3).
+pub unsafe fn getaddrinfo(
+    node: *const libc::c_char,
+    service: *const libc::c_char,
+    hints: *const libc::addrinfo,
+    res: *mut *mut libc::addrinfo,
+) -> c_int {
+    // SAFETY: the address is the C library's `getaddrinfo`, whose type this is.
+    let f: GetAddrInfoFn = unsafe { std::mem::transmute::<usize, GetAddrInfoFn>(GETADDRINFO.get()) };
+    // SAFETY: the caller's contract is getaddrinfo(3)'s.
+    unsafe { f(node, service, hints, res) }
 }

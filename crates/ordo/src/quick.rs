@@ -141,6 +141,13 @@ pub fn set_request(cfg: &WgQuickConfig, fwmark: Option<u32>) -> Result<SecretTex
 pub fn up(arg: &str, privileges: &Privileges) -> Result<()> {
     let (path, ifname) = resolve(arg)?;
     let cfg = load(&path)?;
+    if let Some((line, _)) = &cfg.interface.dns {
+        eprintln!(
+            "warning: {}:{line}: DNS is not set up by ordo up (wg-quick runs resolvconf for it); \
+             ordo run uses it",
+            path.display()
+        );
+    }
     if client::list_interfaces().contains(&ifname) {
         bail!("{ifname} is already up");
     }

@@ -77,11 +77,19 @@ pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
         ld_preload.push(":");
         ld_preload.push(old);
     }
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .env("LD_PRELOAD", ld_preload)
         .env(ordo_attach::ENV_SOCKET, &socket)
-        .env(ordo_attach::ENV_ROUTES, ordo_attach::format_routes(&routes))
+        .env(ordo_attach::ENV_ROUTES, ordo_attach::format_routes(&routes));
+    // Names resolve through the tunnel's servers when the file names them (the preload
+    // library's getaddrinfo); otherwise as the host resolves them.
+    match &cfg.interface.dns {
+        Some((_, dns)) if !dns.servers.is_empty() => command.env(ordo_attach::ENV_DNS, dns.format()),
+        _ => command.env_remove(ordo_attach::ENV_DNS),
+    };
+    let mut child = command
         .spawn()
         .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
     // A terminal's Ctrl-C reaches the program too: let it decide, and end when it ends.

@@ -50,7 +50,10 @@ pub struct InterfaceSection {
     /// Ordo's data-plane settings (`Model`, `Workers`, `Cores`, `IoCores`, `DeliveryFifo`, `Placement`),
     /// by their command-line names, checked; they override the environment's.
     pub plane: Vec<(&'static str, String)>,
-    /// Keys wg-quick knows that Ordo accepts but does not act on (DNS, SaveConfig).
+    /// `DNS =`: what `ordo run` resolves names with (`ordo up` leaves it to the host, as
+    /// it does not run resolvconf), and the line it was on.
+    pub dns: Option<(usize, ordo_attach::Dns)>,
+    /// Keys wg-quick knows that Ordo accepts but does not act on (SaveConfig).
     pub ignored: Vec<(usize, String)>,
 }
 
@@ -259,7 +262,13 @@ pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
                     "postup" => iface.post_up.push(value.to_string()),
                     "predown" => iface.pre_down.push(value.to_string()),
                     "postdown" => iface.post_down.push(value.to_string()),
-                    "dns" | "saveconfig" => iface.ignored.push((n, key.to_string())),
+                    "dns" => {
+                        let more = ordo_attach::Dns::parse(value).map_err(|e| err(n, format!("DNS: {e}")))?;
+                        let (_, dns) = iface.dns.get_or_insert_with(|| (n, Default::default()));
+                        dns.servers.extend(more.servers);
+                        dns.search.extend(more.search);
+                    }
+                    "saveconfig" => iface.ignored.push((n, key.to_string())),
                     _ => match SETTINGS.iter().find(|(_, k, _)| k.eq_ignore_ascii_case(&lower)) {
                         Some((name, k, _)) => {
                             PlaneConfig::default()
@@ -371,7 +380,11 @@ mod tests {
         );
         assert_eq!(i.addresses.len(), 2);
         assert_eq!(i.post_up, vec!["echo %i".to_string()]);
-        assert_eq!(i.ignored.len(), 1);
+        assert!(i.ignored.is_empty());
+        assert_eq!(
+            i.dns.as_ref().map(|(line, d)| (*line, d.format())),
+            Some((10, "1.1.1.1".into()))
+        );
         let peer = &c.peers[0];
         assert_eq!(
             peer.allowed_ips,
@@ -379,6 +392,23 @@ mod tests {
         );
         assert_eq!(peer.endpoint, Some(("vpn.example.com".into(), 51820)));
         assert_eq!(peer.persistent_keepalive, Some(25));
+    }
+
+    #[test]
+    fn dns_lines_add_up_and_a_bad_entry_is_named() {
+        let c = p(&format!(
+            "[Interface]\nPrivateKey = {PRIV}\nDNS = 10.0.0.2, corp.example\nDNS = fd00::2\nSaveConfig = true\n"
+        ))
+        .unwrap();
+        let (line, dns) = c.interface.dns.unwrap();
+        assert_eq!((line, dns.format()), (3, "10.0.0.2,fd00::2,corp.example".to_string()));
+        assert_eq!(c.interface.ignored.len(), 1);
+        let e = p(&format!(
+            "[Interface]\nPrivateKey = {PRIV}\nDNS = 10.0.0.2, not a name\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.message.contains("not a name"), "{}", e.message);
     }
 
     #[test]
