@@ -12,8 +12,9 @@
 //! sockets as TCP sockets would; epoll registrations survive the swap (`epoll`). A UDP socket
 //! connected to a tunnel address becomes one end of a seqpacket pair whose records are its
 //! datagrams (the receive calls report its remote as their source); datagrams to tunnel
-//! addresses from unconnected sockets fail closed until those are carried. Without the
-//! service's settings in the environment every hook is the C library's own call.
+//! addresses from unconnected sockets fail closed until those are carried. With the tunnel's
+//! name servers set, `getaddrinfo` resolves through them (`resolve`). Without the service's
+//! settings in the environment every hook is the C library's own call.
 //!
 //! Rules every hook keeps: a program's call reaches the C library unchanged unless it is
 //! about the tunnel; no panic crosses into C (each hook catches and answers EIO); the C

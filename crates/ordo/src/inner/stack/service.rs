@@ -2,7 +2,7 @@
 //! applications' requests on the attach socket (`ordo_attach`), and relays each connection's
 //! bytes between the application's Unix socket and the stack's TCP socket, one copy each way
 //! (the application's bytes are read straight into the TCP send buffer, and written straight
-//! from the receive buffer).
+//! from the receive buffer); a connected UDP socket's datagrams likewise ([`super::datagram`]).
 //!
 //! Everything an application sends is untrusted: a request is decoded by `ordo_attach`
 //! (any bytes give a message or an error), the descriptor that comes with it must be a Unix
