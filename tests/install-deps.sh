@@ -8,14 +8,27 @@ BORINGTUN_VERSION="0.7.1"
 
 need_apt=()
 for pair in wg:wireguard-tools iperf3:iperf3 ping:iputils-ping tcpdump:tcpdump ip:iproute2 python3:python3 nft:nftables \
-    curl:curl nc:netcat-openbsd setpriv:util-linux dnsmasq:dnsmasq-base; do
+    curl:curl nc:netcat-openbsd setpriv:util-linux dnsmasq:dnsmasq-base ssh:openssh-client sshd:openssh-server; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done
 if ((${#need_apt[@]})); then
     echo "install-deps: apt-get install ${need_apt[*]}"
     apt-get update -qq
+    # No package's service is started (openssh-server's sshd would listen on the host): the
+    # tests run their own servers in namespaces. Debian's policy-rc.d says so to the
+    # maintainer scripts, for the install only.
+    policy=/usr/sbin/policy-rc.d
+    own_policy=0
+    if ! [[ -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod 755 "$policy"
+        own_policy=1
+    fi
     # --no-install-recommends: wireguard-tools would otherwise pull in a kernel image.
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+    status=0
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null || status=$?
+    if ((own_policy)); then rm -f "$policy"; fi
+    ((status == 0)) || exit "$status"
 fi
 
 GOBIN_DIR="$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"

@@ -364,6 +364,37 @@ print(socket.getaddrinfo('localhost', 80, socket.AF_INET)[0][4][0])
         || fail "dnsmasq did not see the query come through the tunnel: $(cat "$WORK/dnsmasq.log")"
 }
 
+# ssh (OpenSSH, key authentication) to an sshd behind the far end, as the unprivileged user:
+# a command's output (4 MB, checked) comes back, and what ssh sends reaches the far end.
+t_ssh() {
+    setup
+    local d="$WORK/ssh"
+    mkdir -p "$d" /run/sshd
+    ssh-keygen -q -t ed25519 -N '' -f "$d/host" >/dev/null
+    ssh-keygen -q -t ed25519 -N '' -f "$d/client" >/dev/null
+    cp "$d/client.pub" "$d/authorized_keys"
+    chown "$RUN_USER" "$d/client"
+    head -c 4M /dev/urandom >"$d/blob"
+    local sshd=(/usr/sbin/sshd -D -e -f /dev/null -h "$d/host" -o ListenAddress="$IN_B"
+        -o AuthorizedKeysFile="$d/authorized_keys" -o StrictModes=no -o PermitRootLogin=prohibit-password
+        -o PidFile=none -o UsePAM=no)
+    ip netns exec "$NS_B" "${sshd[@]}" 2>"$LOGDIR/sshd.log" &
+    for _ in $(seq 50); do
+        ip netns exec "$NS_B" ss -ltn | grep "$IN_B:22 " >/dev/null && break
+        sleep 0.1
+    done
+    local ssh=(ssh -F /dev/null -i "$d/client" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null
+        -o BatchMode=yes -o ConnectTimeout=20 -o LogLevel=ERROR "root@$IN_B")
+    local got want
+    want=$(sha256sum <"$d/blob" | cut -d' ' -f1)
+    got=$(ordo_run "${ssh[@]}" cat "$d/blob" | sha256sum | cut -d' ' -f1)
+    [[ $got == "$want" ]] || fail "ssh: the command's output differs"
+    echo "through ssh" | ordo_run "${ssh[@]}" "cat >$d/sent" || fail "ssh: sending failed"
+    [[ $(cat "$d/sent") == "through ssh" ]] || fail "ssh: what was sent did not arrive"
+    grep "Accepted publickey for root from $IN_A" "$LOGDIR/sshd.log" >/dev/null \
+        || fail "sshd did not see A's tunnel address: $(cat "$LOGDIR/sshd.log")"
+}
+
 # A server under `ordo run`: python's http.server bound to the tunnel address, reached from
 # the far end by curl (twice, and by two clients at once); nc listening, fed from the far end.
 t_servers() {
@@ -411,6 +442,7 @@ run_test "servers[$PEER]" t_servers
 run_test "udp[$PEER]" t_udp
 run_test "udp_fails_closed[$PEER]" t_udp_fails_closed
 run_test "dns[$PEER]" t_dns
+run_test "ssh[$PEER]" t_ssh
 run_test "python_clients[$PEER]" t_python_clients
 run_test "iperf3[$PEER]" t_iperf3
 run_test "nc[$PEER]" t_nc
