@@ -395,6 +395,75 @@ t_ssh() {
         || fail "sshd did not see A's tunnel address: $(cat "$LOGDIR/sshd.log")"
 }
 
+# A shared stack interface: `ordo up` of a file with `Inner = stack` by the unprivileged
+# user, which `ordo show` reads over its UAPI socket and two programs join with `ordo run
+# --attach`. One downloads while the other is killed in the middle of its own download: the
+# first's bytes arrive whole. A port one program listens on cannot be taken by the other
+# (EADDRINUSE). `ordo down` ends the interface and leaves none of its files.
+t_shared() {
+    setup
+    local conf="$WORK/shared0.conf" show want
+    sed '/^Address/a Inner = stack' "$CONF" >"$conf"
+    chown "$RUN_USER" "$conf"
+    chmod 600 "$conf"
+    as_user "$ORDO" up "$conf" || fail "ordo up of an Inner = stack file as $RUN_USER"
+    # The user's sockets are in a directory of its own (no XDG_RUNTIME_DIR of its here).
+    local dir=/tmp/ordo-$(id -u "$RUN_USER")
+    [[ -S $dir/shared0.sock && -S $dir/shared0.attach ]] || fail "no sockets in $dir: $(ls -la "$dir")"
+    [[ $(stat -c '%U %a' "$dir") == "$RUN_USER 700" ]] || fail "$dir is not $RUN_USER's alone"
+    show=$(as_user "$ORDO" show shared0) || fail "ordo show: $show"
+    grep "peer: $PUB_B" <<<"$show" >/dev/null || fail "ordo show does not list the peer: $show"
+    mkdir -p "$WORK/www"
+    head -c 16M /dev/urandom >"$WORK/www/blob"
+    chmod -R a+rX "$WORK/www"
+    want=$(sha256sum <"$WORK/www/blob" | cut -d' ' -f1)
+    http_server "$NS_B" "$IN_B" 8000 "$WORK/www"
+    as_user "$ORDO" run --attach shared0 -- curl -sS --max-time 60 --limit-rate 4M \
+        -o "$OUT/survivor" "http://$IN_B:8000/blob" &
+    local survivor=$!
+    as_user "$ORDO" run --attach shared0 -- curl -sS --max-time 60 --limit-rate 1M \
+        -o "$OUT/victim" "http://$IN_B:8000/blob" 2>/dev/null &
+    local victim=$!
+    sleep 1.5
+    ip netns exec "$NS_A" pkill -KILL -f '^curl .*--limit-rate 1M' || fail "the second program was not running"
+    wait $victim && fail "the killed program's ordo run succeeded"
+    wait $survivor || fail "the surviving download failed"
+    [[ $(sha256sum <"$OUT/survivor" | cut -d' ' -f1) == "$want" ]] || fail "the surviving download differs"
+    (($(stat -c %s "$OUT/victim") < 16777216)) || fail "the killed download was not cut short"
+    # One program's listening port is its own.
+    as_user "$ORDO" run --attach shared0 -- "$PY" -c "
+import socket, time
+s = socket.socket()
+s.bind(('$IN_A', 7100))
+s.listen()
+print('listening', flush=True)
+time.sleep(20)
+" >"$WORK/listener.out" &
+    local listener=$!
+    for _ in $(seq 50); do
+        grep listening "$WORK/listener.out" >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    local got
+    got=$(as_user "$ORDO" run --attach shared0 -- "$PY" -c "
+import errno, socket
+s = socket.socket()
+s.bind(('$IN_A', 7100))
+try:
+    s.listen()
+    print('listening too')
+except OSError as e:
+    print(e.errno == errno.EADDRINUSE)
+") || fail "the second program failed: $got"
+    [[ $got == True ]] || fail "the second program got: $got"
+    kill $listener 2>/dev/null
+    as_user "$ORDO" down "$conf" || fail "ordo down"
+    as_user "$ORDO" show shared0 >/dev/null 2>&1 && fail "shared0 still answers after ordo down"
+    local left
+    left=$(find "$dir" -name 'shared0.*')
+    [[ -z $left ]] || fail "ordo down left $left"
+}
+
 # A server under `ordo run`: python's http.server bound to the tunnel address, reached from
 # the far end by curl (twice, and by two clients at once); nc listening, fed from the far end.
 t_servers() {
@@ -443,6 +512,7 @@ run_test "udp[$PEER]" t_udp
 run_test "udp_fails_closed[$PEER]" t_udp_fails_closed
 run_test "dns[$PEER]" t_dns
 run_test "ssh[$PEER]" t_ssh
+run_test "shared[$PEER]" t_shared
 run_test "python_clients[$PEER]" t_python_clients
 run_test "iperf3[$PEER]" t_iperf3
 run_test "nc[$PEER]" t_nc

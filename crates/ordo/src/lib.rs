@@ -39,6 +39,7 @@ pub mod port;
 pub mod quick;
 pub mod run;
 pub mod secret_text;
+pub mod shared_stack;
 pub mod show;
 pub mod threads;
 pub mod uapi;

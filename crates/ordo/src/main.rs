@@ -3,9 +3,9 @@
 //! ```text
 //! ordo [-f|--foreground] [--keep-privileges | --user U] [--model M] [--workers N]
 //!      [--cores L] [--io-cores L] IFNAME               # userspace WireGuard, as wg-quick expects
-//! ordo up [--keep-privileges | --user U] CONFIG|NAME   # wg-quick up, with Ordo
+//! ordo up [--keep-privileges | --user U] [--inner tun|stack] CONFIG|NAME   # wg-quick up
 //! ordo down CONFIG|NAME                                # wg-quick down
-//! ordo run -c CONFIG -- CMD [ARGS...]                # CMD uses the tunnel: no root, no TUN
+//! ordo run -c CONFIG | --attach NAME -- CMD [ARGS...]  # CMD uses the tunnel: no root, no TUN
 //! ordo show [IFNAME] [--json]                          # wg show, plus Ordo's counters
 //! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
 //! ordo bench [--model M] [--peers N] [--size B] [--workers T]  # the data plane in memory
@@ -45,15 +45,29 @@ enum Command {
         /// else nobody; `root` keeps uid 0 with the capabilities dropped).
         #[arg(long, conflicts_with = "keep_privileges")]
         user: Option<String>,
+        /// The inner side: `tun` (a TUN device, root) or `stack` (Ordo's own TCP/IP stack,
+        /// which programs join with `ordo run --attach NAME`; any user). Overrides the file's
+        /// `Inner =` and $ORDO_INNER.
+        #[arg(long)]
+        inner: Option<ordo::config::wgquick::InnerKind>,
+        /// A stack interface: stay in the foreground instead of detaching.
+        #[arg(long, hide = true)]
+        foreground: bool,
     },
     /// Take down an interface brought up with `ordo up`.
     Down { config: String },
     /// Run a program whose connections to the tunnel's addresses go through a private
     /// interface made from a wg-quick file, with Ordo's own TCP/IP stack: no root, no TUN.
+    #[command(group(clap::ArgGroup::new("interface").required(true).args(["config", "attach"])))]
     Run {
-        /// The wg-quick file (Address is the program's address in the tunnel).
+        /// The wg-quick file of a private interface for the program (Address is the
+        /// program's address in the tunnel).
         #[arg(short = 'c', long)]
-        config: std::path::PathBuf,
+        config: Option<std::path::PathBuf>,
+        /// Attach to the running stack interface NAME (`ordo up` of a file with
+        /// `Inner = stack`) instead.
+        #[arg(long, value_name = "NAME")]
+        attach: Option<String>,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
@@ -206,10 +220,25 @@ fn run(cli: Cli) -> Result<()> {
             config,
             keep_privileges,
             user,
-        } => quick::up(&config, &Privileges::from_flags(keep_privileges, user)),
+            inner,
+            foreground,
+        } => quick::up(
+            &config,
+            &Privileges::from_flags(keep_privileges, user),
+            inner,
+            foreground,
+        ),
         Command::Down { config } => quick::down(&config),
-        Command::Run { config, command } => {
-            let code = ordo::run::run(&config, &command)?;
+        Command::Run {
+            config,
+            attach,
+            command,
+        } => {
+            let code = match (config, attach) {
+                (Some(config), _) => ordo::run::run(&config, &command)?,
+                (None, Some(name)) => ordo::run::run_attached(&name, &command)?,
+                (None, None) => unreachable!("clap requires one"),
+            };
             std::process::exit(code);
         }
         Command::Show { ifname, json } => {

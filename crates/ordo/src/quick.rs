@@ -2,7 +2,7 @@
 //! interface is started as `ordo IFNAME` would start it and then configured over its UAPI
 //! socket, the same path `wg setconf` takes, so there is one way to configure a device.
 
-use crate::config::wgquick::{self, Table, WgQuickConfig};
+use crate::config::wgquick::{self, InnerKind, Table, WgQuickConfig};
 use crate::daemon::{self, privileges::Privileges};
 use crate::firewall::{self, Family};
 use crate::netconf::Netlink;
@@ -138,9 +138,33 @@ pub fn set_request(cfg: &WgQuickConfig, fwmark: Option<u32>) -> Result<SecretTex
     Ok(s)
 }
 
-pub fn up(arg: &str, privileges: &Privileges) -> Result<()> {
+/// The environment variable choosing the inner side when neither the command line nor the
+/// file does (`tun` or `stack`).
+pub const INNER_ENV: &str = "ORDO_INNER";
+
+pub fn up(arg: &str, privileges: &Privileges, inner: Option<InnerKind>, foreground: bool) -> Result<()> {
     let (path, ifname) = resolve(arg)?;
     let cfg = load(&path)?;
+    let from_env = match std::env::var(INNER_ENV) {
+        Ok(v) if !v.is_empty() => Some(
+            v.parse::<InnerKind>()
+                .map_err(|e| anyhow::anyhow!("{INNER_ENV}: {e}"))?,
+        ),
+        _ => None,
+    };
+    if inner.or(cfg.interface.inner).or(from_env).unwrap_or_default() == InnerKind::Stack {
+        // No device, routes or firewall: programs attach to the stack.
+        return if foreground {
+            crate::shared_stack::serve(&cfg, &path, &ifname)
+        } else {
+            run_hooks(&cfg.interface.pre_up, &ifname)?;
+            crate::shared_stack::up(&path, &ifname)?;
+            run_hooks(&cfg.interface.post_up, &ifname)
+        };
+    }
+    if foreground {
+        bail!("--foreground is for stack interfaces (Inner = stack)");
+    }
     if let Some((line, _)) = &cfg.interface.dns {
         eprintln!(
             "warning: {}:{line}: DNS is not set up by ordo up (wg-quick runs resolvconf for it); \
@@ -230,6 +254,10 @@ pub fn down(arg: &str) -> Result<()> {
     let (path, ifname) = resolve(arg)?;
     let cfg = load(&path)?;
     run_hooks(&cfg.interface.pre_down, &ifname)?;
+    if crate::shared_stack::is_up(&ifname) {
+        crate::shared_stack::down(&ifname)?;
+        return run_hooks(&cfg.interface.post_down, &ifname);
+    }
     let nl = Netlink::open()?;
     let idx = nl.link_index(&ifname).with_context(|| format!("{ifname} is not up"))?;
     let mark = cfg.interface.fwmark.filter(|m| *m != 0).unwrap_or(DEFAULT_ROUTE_TABLE);

@@ -3,7 +3,11 @@
 //! the wg-quick file, and runs CMD with the preload library (`crates/ordo-preload`), whose
 //! connections to the tunnel's addresses reach the stack through the attach socket. When CMD
 //! ends, the interface ends, and `ordo run` exits with CMD's status.
+//!
+//! `ordo run --attach NAME -- CMD ARGS` runs CMD attached to a running stack interface
+//! instead ([`crate::shared_stack`]), which outlives it.
 
+use crate::config::wgquick::WgQuickConfig;
 use crate::device::Device;
 use crate::inner::stack::service::Service;
 use crate::inner::stack::StackSettings;
@@ -11,30 +15,35 @@ use crate::placement::model::PlaneConfig;
 use crate::quick;
 use crate::uapi;
 use anyhow::{bail, Context, Result};
-use ordo_attach::Route;
+use ipnet::IpNet;
+use ordo_attach::{Dns, Route};
 use std::ffi::OsString;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 /// The preload library's file name, found beside the `ordo` executable (cargo puts both in
 /// `target/release`) unless `ORDO_PRELOAD` names it.
 const PRELOAD_NAME: &str = "libordo_preload.so";
 
-/// Runs `command` attached to a private stack interface made from the wg-quick file at
-/// `config`; returns the exit code to leave with (the command's, or 128 + its signal).
-pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
-    let Some((program, args)) = command.split_first() else {
-        bail!("ordo run: no command given");
-    };
-    let preload = preload_library()?;
-    let cfg = quick::load(config)?;
+/// A stack interface running in this process: its data plane and its attach service.
+pub struct StackInterface {
+    pub device: Arc<Device>,
+    pub service: Service,
+    /// What programs attached to it send through the tunnel.
+    pub routes: Vec<Route>,
+}
+
+/// Starts a stack interface named `name` from the wg-quick file `cfg` (read from `source`),
+/// serving programs on `attach`.
+pub fn start_stack(cfg: &WgQuickConfig, source: &Path, name: &str, attach: UnixListener) -> Result<StackInterface> {
     if cfg.interface.addresses.is_empty() {
         bail!(
-            "{}: an Address is needed: it is the program's address in the tunnel",
-            config.display()
+            "{}: an Address is needed: it is the programs' address in the tunnel",
+            source.display()
         );
     }
     let mut plane = PlaneConfig::from_env().map_err(anyhow::Error::msg)?;
@@ -45,69 +54,131 @@ pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
         addresses: cfg.interface.addresses.clone(),
         mtu: cfg.interface.mtu.unwrap_or(1420) as usize,
     };
-    let name = format!("run{}", std::process::id());
-    let (device, wires) = Device::create_stack(&name, &plane, settings.mtu).context("creating the stack interface")?;
-    let request = quick::set_request(&cfg, None)?;
+    let (device, wires) = Device::create_stack(name, &plane, settings.mtu).context("creating the stack interface")?;
+    let request = quick::set_request(cfg, None)?;
     // The request's lines after `set=1`, up to the blank line that ends it.
     uapi::protocol::parse_set(request.as_str().lines().skip(1).take_while(|l| !l.is_empty()))
         .and_then(|p| uapi::apply(&device, p))
-        .map_err(|e| anyhow::anyhow!("{}: {}", config.display(), e.message))?;
+        .map_err(|e| anyhow::anyhow!("{}: {}", source.display(), e.message))?;
     drop(request);
     device.start().context("starting the data plane")?;
+    let service = Service::start(wires, &settings, attach).context("starting the stack")?;
+    let peers_ips = cfg.peers.iter().flat_map(|p| p.allowed_ips.iter().copied());
+    let routes = routes(&cfg.interface.addresses, peers_ips);
+    Ok(StackInterface {
+        device,
+        service,
+        routes,
+    })
+}
 
-    let dir = private_dir()?;
-    let socket = dir.path.join("attach.sock");
-    let listener = UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
-    let service = Service::start(wires, &settings, listener).context("starting the stack")?;
-
-    let mut routes: Vec<Route> = cfg
-        .interface
-        .addresses
-        .iter()
-        .map(|n| n.trunc())
-        .chain(cfg.peers.iter().flat_map(|p| p.allowed_ips.iter().copied()))
+/// What goes through the tunnel: the interface's networks and the peers' allowed IPs.
+pub fn routes(addresses: &[IpNet], allowed: impl Iterator<Item = IpNet>) -> Vec<Route> {
+    let mut routes: Vec<Route> = (addresses.iter().map(IpNet::trunc))
+        .chain(allowed)
         .map(|n| Route {
             addr: n.addr(),
             prefix: n.prefix_len(),
         })
         .collect();
     routes.dedup();
-    let mut ld_preload = preload.into_os_string();
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        ld_preload.push(":");
-        ld_preload.push(old);
+    routes
+}
+
+/// Runs `command` attached to a private stack interface made from the wg-quick file at
+/// `config`; returns the exit code to leave with (the command's, or 128 + its signal).
+pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
+    if command.is_empty() {
+        bail!("ordo run: no command given");
     }
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .env("LD_PRELOAD", ld_preload)
-        .env(ordo_attach::ENV_SOCKET, &socket)
-        .env(ordo_attach::ENV_ROUTES, ordo_attach::format_routes(&routes));
-    // Names resolve through the tunnel's servers when the file names them (the preload
-    // library's getaddrinfo); otherwise as the host resolves them.
-    match &cfg.interface.dns {
-        Some((_, dns)) if !dns.servers.is_empty() => command.env(ordo_attach::ENV_DNS, dns.format()),
-        _ => command.env_remove(ordo_attach::ENV_DNS),
+    let preload = preload_library()?;
+    let cfg = quick::load(config)?;
+    let dir = private_dir()?;
+    let socket = dir.path.join("attach.sock");
+    let listener = UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
+    let name = format!("run{}", std::process::id());
+    let stack = start_stack(&cfg, config, &name, listener)?;
+    let program = Program {
+        preload,
+        socket,
+        routes: stack.routes.clone(),
+        dns: cfg.interface.dns.map(|(_, d)| d),
     };
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
-    // A terminal's Ctrl-C reaches the program too: let it decide, and end when it ends.
-    // SAFETY: setting a signal's disposition to ignored; no handler runs.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-    }
-    let status = child.wait().context("waiting for the program")?;
-    // SAFETY: back to the default dispositions: a Ctrl-C now ends the wait below.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_DFL);
-        libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-    }
+    let status = program.run(command)?;
     // What the program wrote before it ended is still on its way: deliver it first.
-    service.linger();
-    device.shutdown("the program ended");
-    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    stack.service.linger();
+    stack.device.shutdown("the program ended");
+    Ok(status)
+}
+
+/// Runs `command` attached to the running stack interface `name` (`ordo up` of an
+/// `Inner = stack` file, by this user): its networks as it has them now (the peers' allowed
+/// IPs read over UAPI), its `DNS =`. The interface runs on when the program ends.
+pub fn run_attached(name: &str, command: &[OsString]) -> Result<i32> {
+    let preload = preload_library()?;
+    let shared = crate::shared_stack::attach_info(name)?;
+    let pairs = uapi::client::request(name, "get=1\n\n").with_context(|| format!("reading {name}'s peers"))?;
+    let allowed = pairs
+        .iter()
+        .filter(|(k, _)| k == "allowed_ip")
+        .filter_map(|(_, v)| v.parse::<IpNet>().ok());
+    let program = Program {
+        preload,
+        socket: shared.socket,
+        routes: routes(&shared.addresses, allowed),
+        dns: shared.dns,
+    };
+    program.run(command)
+}
+
+/// A program to run with the preload library, and what the library needs to know.
+struct Program {
+    preload: PathBuf,
+    socket: PathBuf,
+    routes: Vec<Route>,
+    dns: Option<Dns>,
+}
+
+impl Program {
+    /// Runs `command` and returns its exit code (or 128 + its signal).
+    fn run(&self, command: &[OsString]) -> Result<i32> {
+        let Some((program, args)) = command.split_first() else {
+            bail!("ordo run: no command given");
+        };
+        let mut ld_preload = self.preload.clone().into_os_string();
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            ld_preload.push(":");
+            ld_preload.push(old);
+        }
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .env("LD_PRELOAD", ld_preload)
+            .env(ordo_attach::ENV_SOCKET, &self.socket)
+            .env(ordo_attach::ENV_ROUTES, ordo_attach::format_routes(&self.routes));
+        // Names resolve through the tunnel's servers when the file names them (the preload
+        // library's getaddrinfo); otherwise as the host resolves them.
+        match &self.dns {
+            Some(dns) if !dns.servers.is_empty() => command.env(ordo_attach::ENV_DNS, dns.format()),
+            _ => command.env_remove(ordo_attach::ENV_DNS),
+        };
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+        // A terminal's Ctrl-C reaches the program too: let it decide, and end when it ends.
+        // SAFETY: setting a signal's disposition to ignored; no handler runs.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+        }
+        let status = child.wait().context("waiting for the program")?;
+        // SAFETY: back to the default dispositions: a Ctrl-C now ends what follows.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+        }
+        Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    }
 }
 
 /// Where the preload library is.

@@ -35,6 +35,27 @@ pub enum Table {
     Id(u32),
 }
 
+/// What the interface's inner side is (`Inner =`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InnerKind {
+    /// A TUN device: the host's programs reach the tunnel through the kernel (needs root).
+    #[default]
+    Tun,
+    /// Ordo's own TCP/IP stack: programs attach with `ordo run --attach` (no root, no TUN).
+    Stack,
+}
+
+impl std::str::FromStr for InnerKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "tun" => Ok(InnerKind::Tun),
+            "stack" => Ok(InnerKind::Stack),
+            _ => Err(format!("{s:?} is not tun or stack")),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct InterfaceSection {
     pub private_key: Option<PrivateKey>,
@@ -53,6 +74,8 @@ pub struct InterfaceSection {
     /// `DNS =`: what `ordo run` resolves names with (`ordo up` leaves it to the host, as
     /// it does not run resolvconf), and the line it was on.
     pub dns: Option<(usize, ordo_attach::Dns)>,
+    /// `Inner =` (Ordo's own key), if set.
+    pub inner: Option<InnerKind>,
     /// Keys wg-quick knows that Ordo accepts but does not act on (SaveConfig).
     pub ignored: Vec<(usize, String)>,
 }
@@ -269,6 +292,7 @@ pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
                         dns.search.extend(more.search);
                     }
                     "saveconfig" => iface.ignored.push((n, key.to_string())),
+                    "inner" => iface.inner = Some(value.parse().map_err(|e| err(n, format!("Inner: {e}")))?),
                     _ => match SETTINGS.iter().find(|(_, k, _)| k.eq_ignore_ascii_case(&lower)) {
                         Some((name, k, _)) => {
                             PlaneConfig::default()
@@ -395,7 +419,7 @@ mod tests {
     }
 
     #[test]
-    fn dns_lines_add_up_and_a_bad_entry_is_named() {
+    fn dns_and_inner_lines() {
         let c = p(&format!(
             "[Interface]\nPrivateKey = {PRIV}\nDNS = 10.0.0.2, corp.example\nDNS = fd00::2\nSaveConfig = true\n"
         ))
@@ -403,6 +427,11 @@ mod tests {
         let (line, dns) = c.interface.dns.unwrap();
         assert_eq!((line, dns.format()), (3, "10.0.0.2,fd00::2,corp.example".to_string()));
         assert_eq!(c.interface.ignored.len(), 1);
+        assert_eq!(c.interface.inner, None);
+        let c = p(&format!("[Interface]\nPrivateKey = {PRIV}\nInner = Stack\n")).unwrap();
+        assert_eq!(c.interface.inner, Some(InnerKind::Stack));
+        let e = p(&format!("[Interface]\nPrivateKey = {PRIV}\nInner = tap\n")).unwrap_err();
+        assert!(e.line == 3 && e.message.contains("tap"), "{}", e.message);
         let e = p(&format!(
             "[Interface]\nPrivateKey = {PRIV}\nDNS = 10.0.0.2, not a name\n"
         ))

@@ -26,12 +26,19 @@ const UNDER_LOAD_ENV: &str = "ORDO_TEST_UNDER_LOAD";
 
 /// Starts the daemon for `ifname` in the background and waits until it is ready.
 pub fn spawn_detached(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Result<()> {
+    let mut args: Vec<std::ffi::OsString> = vec!["--foreground".into()];
+    args.extend(privileges.to_args().into_iter().map(Into::into));
+    args.extend(config.to_args().into_iter().map(Into::into));
+    args.push(ifname.into());
+    detach(&args, ifname)
+}
+
+/// Runs this executable again with `args` in the background, in a session of its own, and
+/// waits until it says it is ready ([`report_ready`]) or fails.
+pub fn detach(args: &[std::ffi::OsString], ifname: &str) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the ordo executable")?;
     let mut cmd = Command::new(exe);
-    cmd.arg("--foreground");
-    cmd.args(privileges.to_args());
-    cmd.args(config.to_args());
-    cmd.arg(ifname)
+    cmd.args(args)
         .env(READY_ENV, "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
@@ -55,7 +62,7 @@ pub fn spawn_detached(ifname: &str, privileges: &Privileges, config: &PlaneConfi
 
 /// The detached daemon's log ($ORDO_LOG, or /dev/null), opened while the daemon may still
 /// open any path: after the drop its user may not reach the log's folder.
-fn open_detached_log() -> Result<Option<std::fs::File>> {
+pub(crate) fn open_detached_log() -> Result<Option<std::fs::File>> {
     if std::env::var_os(READY_ENV).is_none() {
         return Ok(None);
     }
@@ -66,7 +73,7 @@ fn open_detached_log() -> Result<Option<std::fs::File>> {
 
 /// Tells the parent waiting in [`spawn_detached`] that we are up, then lets go of the
 /// terminal: stdout and stderr move to the log.
-fn report_ready(log: Option<std::fs::File>) -> Result<()> {
+pub(crate) fn report_ready(log: Option<std::fs::File>) -> Result<()> {
     let Some(f) = log else { return Ok(()) };
     let mut out = std::io::stdout();
     out.write_all(b"ready\n")?;

@@ -43,7 +43,7 @@ pub fn request(ifname: &str, body: &str) -> io::Result<Vec<(String, String)>> {
 
 /// Interfaces with a UAPI socket.
 pub fn list_interfaces() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(super::SOCKET_DIR)
+    let mut names: Vec<String> = std::fs::read_dir(super::socket_dir())
         .into_iter()
         .flatten()
         .flatten()

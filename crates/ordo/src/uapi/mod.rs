@@ -1,5 +1,5 @@
-//! The UAPI socket, /var/run/wireguard/IFNAME.sock, through which `wg` configures and reads
-//! the interface exactly as it does wireguard-go's.
+//! The UAPI socket, /var/run/wireguard/IFNAME.sock (another user's: see [`socket_dir`]),
+//! through which `wg` configures and reads the interface exactly as it does wireguard-go's.
 
 pub mod client;
 pub mod protocol;
@@ -34,13 +34,59 @@ const MAX_CONNECTIONS: usize = 64;
 /// Pause after a failed accept (EMFILE: out of descriptors), rather than spin on it.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-pub fn socket_path(ifname: &str) -> PathBuf {
-    Path::new(SOCKET_DIR).join(format!("{ifname}.sock"))
+/// Where this user's interfaces have their sockets: /var/run/wireguard for root (where `wg`
+/// looks), and for any other user a directory of its own, since it may not write there (a
+/// stack interface, `Inner = stack`, needs no privilege): `$XDG_RUNTIME_DIR/wireguard`, or
+/// `/tmp/ordo-UID` without one.
+pub fn socket_dir() -> PathBuf {
+    // SAFETY: geteuid reads a process attribute.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return PathBuf::from(SOCKET_DIR);
+    }
+    // The runtime directory only if it is this user's: a program started under another
+    // user's environment (su, setpriv) inherits that user's.
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|d| {
+        use std::os::unix::fs::MetadataExt;
+        d.is_absolute() && std::fs::metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == uid)
+    });
+    match runtime {
+        Some(runtime) => runtime.join("wireguard"),
+        None => std::env::temp_dir().join(format!("ordo-{uid}")),
+    }
 }
 
-/// Binds the socket (mode 0600 in a 0755 directory), replacing a stale one.
+pub fn socket_path(ifname: &str) -> PathBuf {
+    socket_dir().join(format!("{ifname}.sock"))
+}
+
+/// Makes [`socket_dir`] if it is missing: 0755 for root's (as wireguard-go makes it), 0700
+/// for a user's. A user's that exists must be a directory of that user's, closed to others:
+/// in a shared place such as /tmp, another user could have made it first.
+pub fn ensure_socket_dir() -> io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let dir = socket_dir();
+    // SAFETY: geteuid reads a process attribute.
+    let uid = unsafe { libc::geteuid() };
+    let mode = if uid == 0 { 0o755 } else { 0o700 };
+    match std::fs::DirBuilder::new().recursive(uid == 0).mode(mode).create(&dir) {
+        Ok(()) => return Ok(dir),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io::Error::new(e.kind(), format!("creating {}: {e}", dir.display()))),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    if uid != 0 && (!meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is not a directory of this user's closed to others", dir.display()),
+        ));
+    }
+    Ok(dir)
+}
+
+/// Binds the socket (mode 0600), replacing a stale one.
 pub fn listen(ifname: &str) -> io::Result<(UnixListener, PathBuf)> {
-    std::fs::create_dir_all(SOCKET_DIR)?;
+    ensure_socket_dir()?;
     let path = socket_path(ifname);
     Ok((listen_at(&path)?, path))
 }
