@@ -413,6 +413,13 @@ t_shared() {
     [[ $(stat -c '%U %a' "$dir") == "$RUN_USER 700" ]] || fail "$dir is not $RUN_USER's alone"
     show=$(as_user "$ORDO" show shared0) || fail "ordo show: $show"
     grep "peer: $PUB_B" <<<"$show" >/dev/null || fail "ordo show does not list the peer: $show"
+    # wg itself looks in /var/run/wireguard only: in a user namespace of the user's own, the
+    # user's directory is mounted there, and wg configures the interface.
+    as_user unshare --user --map-root-user --mount sh -c \
+        "mount -t tmpfs none /run && mkdir /run/wireguard && mount --bind $dir /run/wireguard &&
+         wg set shared0 peer $PUB_B persistent-keepalive 17" || fail "wg set in a user namespace"
+    show=$(as_user "$ORDO" show shared0) || fail "ordo show: $show"
+    grep "every 17 seconds" <<<"$show" >/dev/null || fail "wg's setting is not in place: $show"
     mkdir -p "$WORK/www"
     head -c 16M /dev/urandom >"$WORK/www/blob"
     chmod -R a+rX "$WORK/www"

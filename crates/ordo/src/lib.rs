@@ -41,5 +41,6 @@ pub mod run;
 pub mod secret_text;
 pub mod shared_stack;
 pub mod show;
+pub mod stack_interface;
 pub mod threads;
 pub mod uapi;

@@ -2,20 +2,16 @@
 //! interface is started as `ordo IFNAME` would start it and then configured over its UAPI
 //! socket, the same path `wg setconf` takes, so there is one way to configure a device.
 
-use crate::config::wgquick::{self, InnerKind, Table, WgQuickConfig};
+use crate::config::wgquick::{InnerKind, Table, WgQuickConfig};
+use crate::config::{self, set_request};
 use crate::daemon::{self, privileges::Privileges};
 use crate::firewall::{self, Family};
 use crate::netconf::Netlink;
 use crate::placement::model::PlaneConfig;
-use crate::secret_text::SecretText;
 use crate::uapi::client;
 use anyhow::{bail, Context, Result};
-use std::fmt::Write;
-use std::net::ToSocketAddrs;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use zeroize::Zeroizing;
 
 /// The table and fwmark wg-quick uses for a default route when none is set.
 const DEFAULT_ROUTE_TABLE: u32 = 51820;
@@ -43,44 +39,6 @@ pub fn resolve(arg: &str) -> Result<(PathBuf, String)> {
     Ok((path.clone(), name.to_string()))
 }
 
-/// What a config file's mode exposes: its private key to readers, and (its PostUp and
-/// PreDown run as root) root to writers other than its owner.
-pub fn permission_warnings(path: &Path, mode: u32) -> Vec<String> {
-    let mut w = Vec::new();
-    if mode & 0o044 != 0 {
-        w.push(format!(
-            "warning: {} is readable by group or others and holds a private key; chmod 600 it",
-            path.display()
-        ));
-    }
-    if mode & 0o022 != 0 {
-        w.push(format!(
-            "warning: {} is writable by group or others, and its PreUp/PostUp commands run as root; chmod 600 it",
-            path.display()
-        ));
-    }
-    w
-}
-
-pub fn load(path: &Path) -> Result<WgQuickConfig> {
-    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    for w in permission_warnings(path, meta.permissions().mode()) {
-        eprintln!("{w}");
-    }
-    // Read in one allocation (fs::read sizes it from the file) and wiped when done: the text
-    // holds the private key.
-    let bytes = Zeroizing::new(std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?);
-    let text = std::str::from_utf8(&bytes).with_context(|| format!("{}: not UTF-8 text", path.display()))?;
-    let cfg = wgquick::parse(text, path)?;
-    for (line, key) in &cfg.interface.ignored {
-        eprintln!(
-            "warning: {}:{line}: {key} is not handled by ordo and is ignored",
-            path.display()
-        );
-    }
-    Ok(cfg)
-}
-
 fn run_hooks(hooks: &[String], ifname: &str) -> Result<()> {
     for h in hooks {
         let cmd = h.replace("%i", ifname);
@@ -97,54 +55,13 @@ fn run_hooks(hooks: &[String], ifname: &str) -> Result<()> {
     Ok(())
 }
 
-/// The UAPI `set` request that configures the interface as the file says.
-pub fn set_request(cfg: &WgQuickConfig, fwmark: Option<u32>) -> Result<SecretText> {
-    let i = &cfg.interface;
-    // It carries the private and pre-shared keys: erased when dropped.
-    let mut s = SecretText::new();
-    s.push_str("set=1\n");
-    if let Some(k) = &i.private_key {
-        let _ = writeln!(s, "private_key={}", k.to_hex().as_str());
-    }
-    if let Some(p) = i.listen_port {
-        let _ = writeln!(s, "listen_port={p}");
-    }
-    if let Some(m) = fwmark {
-        let _ = writeln!(s, "fwmark={m}");
-    }
-    s.push_str("replace_peers=true\n");
-    for p in &cfg.peers {
-        let _ = writeln!(s, "public_key={}", p.public_key.to_hex());
-        if let Some(psk) = &p.preshared_key {
-            let _ = writeln!(s, "preshared_key={}", psk.to_hex().as_str());
-        }
-        if let Some((host, port)) = &p.endpoint {
-            let addr = (host.as_str(), *port)
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut a| a.next())
-                .with_context(|| format!("line {}: cannot resolve endpoint {host}", p.line))?;
-            let _ = writeln!(s, "endpoint={addr}");
-        }
-        if let Some(k) = p.persistent_keepalive {
-            let _ = writeln!(s, "persistent_keepalive_interval={k}");
-        }
-        s.push_str("replace_allowed_ips=true\n");
-        for a in &p.allowed_ips {
-            let _ = writeln!(s, "allowed_ip={a}");
-        }
-    }
-    s.push_str("\n");
-    Ok(s)
-}
-
 /// The environment variable choosing the inner side when neither the command line nor the
 /// file does (`tun` or `stack`).
 pub const INNER_ENV: &str = "ORDO_INNER";
 
 pub fn up(arg: &str, privileges: &Privileges, inner: Option<InnerKind>, foreground: bool) -> Result<()> {
     let (path, ifname) = resolve(arg)?;
-    let cfg = load(&path)?;
+    let cfg = config::load(&path)?;
     let from_env = match std::env::var(INNER_ENV) {
         Ok(v) if !v.is_empty() => Some(
             v.parse::<InnerKind>()
@@ -252,7 +169,7 @@ fn configure(cfg: &WgQuickConfig, ifname: &str) -> Result<()> {
 
 pub fn down(arg: &str) -> Result<()> {
     let (path, ifname) = resolve(arg)?;
-    let cfg = load(&path)?;
+    let cfg = config::load(&path)?;
     run_hooks(&cfg.interface.pre_down, &ifname)?;
     if crate::shared_stack::is_up(&ifname) {
         crate::shared_stack::down(&ifname)?;
@@ -273,25 +190,4 @@ pub fn down(arg: &str) -> Result<()> {
     }
     run_hooks(&cfg.interface.post_down, &ifname)?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_config_readable_or_writable_by_others_is_warned_about() {
-        let p = Path::new("wg0.conf");
-        assert!(permission_warnings(p, 0o600).is_empty());
-        assert!(permission_warnings(p, 0o400).is_empty());
-        let w = permission_warnings(p, 0o644);
-        assert!(w.len() == 1 && w[0].contains("readable"), "{w:?}");
-        let w = permission_warnings(p, 0o620);
-        assert!(
-            w.len() == 1 && w[0].contains("writable") && w[0].contains("root"),
-            "{w:?}"
-        );
-        assert_eq!(permission_warnings(p, 0o666).len(), 2);
-        assert_eq!(permission_warnings(p, 0o602).len(), 1);
-    }
 }

@@ -7,12 +7,8 @@
 //! `ordo run --attach NAME -- CMD ARGS` runs CMD attached to a running stack interface
 //! instead ([`crate::shared_stack`]), which outlives it.
 
-use crate::config::wgquick::WgQuickConfig;
-use crate::device::Device;
-use crate::inner::stack::service::Service;
-use crate::inner::stack::StackSettings;
-use crate::placement::model::PlaneConfig;
-use crate::quick;
+use crate::config;
+use crate::stack_interface;
 use crate::uapi;
 use anyhow::{bail, Context, Result};
 use ipnet::IpNet;
@@ -23,67 +19,10 @@ use std::os::unix::net::UnixListener;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
 /// The preload library's file name, found beside the `ordo` executable (cargo puts both in
 /// `target/release`) unless `ORDO_PRELOAD` names it.
 const PRELOAD_NAME: &str = "libordo_preload.so";
-
-/// A stack interface running in this process: its data plane and its attach service.
-pub struct StackInterface {
-    pub device: Arc<Device>,
-    pub service: Service,
-    /// What programs attached to it send through the tunnel.
-    pub routes: Vec<Route>,
-}
-
-/// Starts a stack interface named `name` from the wg-quick file `cfg` (read from `source`),
-/// serving programs on `attach`.
-pub fn start_stack(cfg: &WgQuickConfig, source: &Path, name: &str, attach: UnixListener) -> Result<StackInterface> {
-    if cfg.interface.addresses.is_empty() {
-        bail!(
-            "{}: an Address is needed: it is the programs' address in the tunnel",
-            source.display()
-        );
-    }
-    let mut plane = PlaneConfig::from_env().map_err(anyhow::Error::msg)?;
-    for (name, value) in &cfg.interface.plane {
-        plane.set(name, value).map_err(anyhow::Error::msg)?;
-    }
-    let settings = StackSettings {
-        addresses: cfg.interface.addresses.clone(),
-        mtu: cfg.interface.mtu.unwrap_or(1420) as usize,
-    };
-    let (device, wires) = Device::create_stack(name, &plane, settings.mtu).context("creating the stack interface")?;
-    let request = quick::set_request(cfg, None)?;
-    // The request's lines after `set=1`, up to the blank line that ends it.
-    uapi::protocol::parse_set(request.as_str().lines().skip(1).take_while(|l| !l.is_empty()))
-        .and_then(|p| uapi::apply(&device, p))
-        .map_err(|e| anyhow::anyhow!("{}: {}", source.display(), e.message))?;
-    drop(request);
-    device.start().context("starting the data plane")?;
-    let service = Service::start(wires, &settings, attach).context("starting the stack")?;
-    let peers_ips = cfg.peers.iter().flat_map(|p| p.allowed_ips.iter().copied());
-    let routes = routes(&cfg.interface.addresses, peers_ips);
-    Ok(StackInterface {
-        device,
-        service,
-        routes,
-    })
-}
-
-/// What goes through the tunnel: the interface's networks and the peers' allowed IPs.
-pub fn routes(addresses: &[IpNet], allowed: impl Iterator<Item = IpNet>) -> Vec<Route> {
-    let mut routes: Vec<Route> = (addresses.iter().map(IpNet::trunc))
-        .chain(allowed)
-        .map(|n| Route {
-            addr: n.addr(),
-            prefix: n.prefix_len(),
-        })
-        .collect();
-    routes.dedup();
-    routes
-}
 
 /// Runs `command` attached to a private stack interface made from the wg-quick file at
 /// `config`; returns the exit code to leave with (the command's, or 128 + its signal).
@@ -92,12 +31,12 @@ pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
         bail!("ordo run: no command given");
     }
     let preload = preload_library()?;
-    let cfg = quick::load(config)?;
+    let cfg = config::load(config)?;
     let dir = private_dir()?;
     let socket = dir.path.join("attach.sock");
     let listener = UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
     let name = format!("run{}", std::process::id());
-    let stack = start_stack(&cfg, config, &name, listener)?;
+    let stack = stack_interface::start(&cfg, config, &name, listener)?;
     let program = Program {
         preload,
         socket,
@@ -125,7 +64,7 @@ pub fn run_attached(name: &str, command: &[OsString]) -> Result<i32> {
     let program = Program {
         preload,
         socket: shared.socket,
-        routes: routes(&shared.addresses, allowed),
+        routes: stack_interface::routes(&shared.addresses, allowed),
         dns: shared.dns,
     };
     program.run(command)

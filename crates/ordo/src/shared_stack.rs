@@ -71,7 +71,7 @@ pub fn serve(cfg: &WgQuickConfig, source: &Path, ifname: &str) -> Result<()> {
     )?;
     daemon::exit_on_panic(Some(uapi_path.clone()));
     daemon::privileges::not_dumpable()?;
-    let stack = crate::run::start_stack(cfg, source, ifname, attach_listener)?;
+    let stack = crate::stack_interface::start(cfg, source, ifname, attach_listener)?;
     *stack.device.uapi_path.lock().unwrap_or_else(|p| p.into_inner()) = Some(uapi_path);
     let d = stack.device.clone();
     std::thread::Builder::new()
