@@ -999,3 +999,21 @@ unsafe fn addrinfo_from_tunnel(
     unsafe { *res = head };
     0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_asked_for_numbers_stay_the_c_library_s() {
+        // SAFETY: addrinfo is plain data; all zeros is "no hints".
+        let mut numeric: libc::addrinfo = unsafe { std::mem::zeroed() };
+        numeric.ai_flags = libc::AI_NUMERICHOST;
+        for n in ["10.0.0.1", "127.1", "fe80::1%eth0", "::1", ""] {
+            assert!(!resolved_by_tunnel(n, None), "{n}");
+        }
+        assert!(!resolved_by_tunnel("web.example", Some(&numeric)));
+        assert!(resolved_by_tunnel("web.example", None));
+        assert!(resolved_by_tunnel("10.0.0.1.example", None));
+    }
+}

@@ -120,14 +120,14 @@ fn ask(server: SocketAddr, name: &str, types: &[TYPE]) -> Option<Answer> {
         return None;
     }
     // SAFETY: a descriptor socket(2) just returned, owned by nobody else.
-    let socket = unsafe { OwnedFd::from_raw_fd(raw) };
+    let socket = Query(unsafe { OwnedFd::from_raw_fd(raw) });
     let (storage, len) = crate::addr::to_storage(server, family);
     // Through the program's own connect hook, called directly: a server inside the tunnel is
     // reached through the stack, one outside by the kernel.
     // SAFETY: `storage` holds a socket address of `len` bytes.
     if unsafe {
         crate::connect(
-            socket.as_raw_fd(),
+            socket.0.as_raw_fd(),
             (&storage as *const libc::sockaddr_storage).cast(),
             len,
         )
@@ -150,7 +150,7 @@ fn ask(server: SocketAddr, name: &str, types: &[TYPE]) -> Option<Answer> {
         // SAFETY: sending from a live buffer on our own socket.
         let sent = unsafe {
             libc::send(
-                socket.as_raw_fd(),
+                socket.0.as_raw_fd(),
                 bytes.as_ptr().cast(),
                 bytes.len(),
                 libc::MSG_NOSIGNAL,
@@ -168,7 +168,7 @@ fn ask(server: SocketAddr, name: &str, types: &[TYPE]) -> Option<Answer> {
     };
     let mut buf = vec![0u8; 4096];
     while !ids.is_empty() {
-        let n = recv_until(socket.as_raw_fd(), &mut buf, deadline)?;
+        let n = recv_until(socket.0.as_raw_fd(), &mut buf, deadline)?;
         let Ok(reply) = Packet::parse(&buf[..n]) else { continue };
         // Only an answer to a question of ours, about this name.
         let Some(at) = ids.iter().position(|id| *id == reply.id()) else {
@@ -198,6 +198,18 @@ fn ask(server: SocketAddr, name: &str, types: &[TYPE]) -> Option<Answer> {
         }
     }
     Some(Answer::Found(found))
+}
+
+/// A query's socket: when it closes, the library's table forgets it (a resolver asked
+/// thousands of times must not push the program's own sockets out of the table).
+struct Query(OwnedFd);
+
+impl Drop for Query {
+    fn drop(&mut self) {
+        if let Some(inode) = crate::sockets::socket_inode(self.0.as_raw_fd()) {
+            crate::sockets::forget(inode);
+        }
+    }
 }
 
 /// One datagram into `buf` before `deadline`; None once it has passed.

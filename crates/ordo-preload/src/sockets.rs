@@ -79,6 +79,12 @@ pub fn remember(s: TunnelSocket) {
     t.push(s);
 }
 
+/// Forgets the socket of `inode` (the library's own, closed).
+pub fn forget(inode: u64) {
+    let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    t.retain(|e| e.inode != inode);
+}
+
 /// The tunnel socket `fd` refers to, if any.
 pub fn lookup(fd: i32) -> Option<TunnelSocket> {
     let inode = socket_inode(fd)?;
