@@ -85,6 +85,9 @@ for t in "${TARGETS[@]}"; do
     fi
     corpus=$(ls "corpus/$t" | wc -l)
     took=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
+    # A run that ended otherwise (a finding, an interruption) has no "Done" line: its time
+    # from its count and rate.
+    if [[ -z $took && -n ${execs:-} && ${rate:-0} -gt 0 ]]; then took=$((execs / rate)); fi
     row="$(date -u +%F)	$COMMIT	$t	$san	${took:-$SECONDS_EACH}	${execs:-?}	${rate:-?}	${cov:-?}	${ft:-?}	$corpus	$crashes"
     echo "$row" >>"../$TABLE"
     echo "$row"
