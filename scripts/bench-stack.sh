@@ -10,11 +10,21 @@
 # from /proc/stat (both hosts, both stacks, softirq included: on the TUN path part of A's
 # work is the kernel's and is charged to no process).
 #
-#   scripts/bench-stack.sh [DURATION=5] [RUNS=3]
+#   scripts/bench-stack.sh [DURATION=5] [RUNS=3] [KIND=stream]
+#
+# KIND: stream (one iperf3 TCP flow each way, the default); rr (one connection, a byte each
+# way per transaction, as netperf's TCP_RR: transactions a second); connect (connections
+# opened and closed a second, one at a time); fairness (iperf3 -P 100: 100 flows at once B
+# to A, their total and Jain's fairness index over the flows' bytes); loss (as stream, with
+# LOSS_PERMILLE of the tunnel's datagrams dropped both ways by an nftables rule in B: how
+# each TCP recovers). The request/response client and server are python3's, the same
+# through both paths.
 set -euo pipefail
 source "$(dirname "$0")/../tests/interop/lib.sh"
 DURATION=${1:-5}
 RUNS=${2:-3}
+KIND=${3:-stream}
+LOSS_PERMILLE=${LOSS_PERMILLE:-10}
 IN_STACK=10.99.0.3
 WORK=$(mktemp -d /tmp/ordo-bench-stack.XXXXXX)
 trap 'teardown; rm -rf "$WORK"' EXIT
@@ -40,10 +50,95 @@ AllowedIPs = $IN_B/32
 EOF
     chmod 600 "$CONF"
     ip netns exec "$NS_B" iperf3 -s -B "$IN_B" -p 5201 >/dev/null 2>&1 &
+    # An echo server for rr and connect: a thread per connection, each byte back.
+    ip netns exec "$NS_B" python3 -c "
+import socket, socketserver
+class Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while (b := self.request.recv(64)):
+            self.request.sendall(b)
+socketserver.ThreadingTCPServer.allow_reuse_address = True
+socketserver.ThreadingTCPServer.daemon_threads = True
+socketserver.ThreadingTCPServer(('$IN_B', 7007), Echo).serve_forever()
+" >/dev/null 2>&1 &
     for _ in $(seq 50); do
-        ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break
+        ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null &&
+            ip netns exec "$NS_B" ss -ltn | grep ':7007 ' >/dev/null && break
         sleep 0.1
     done
+    if [[ $KIND == loss ]]; then
+        # Random drops of the tunnel's datagrams into and out of B (this kernel has no
+        # netem): the data of one direction and the acknowledgements of the other.
+        ip netns exec "$NS_B" nft -f - <<EOF
+table inet ordo_bench_loss {
+    chain in { type filter hook input priority 0; udp dport $PORT_B numgen random mod 1000 < $LOSS_PERMILLE drop; }
+    chain out { type filter hook output priority 0; udp sport $PORT_B numgen random mod 1000 < $LOSS_PERMILLE drop; }
+}
+EOF
+    fi
+}
+
+# The python client of rr and connect: prints "count seconds".
+CLIENT='
+import socket, sys, time
+kind, host, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+n, end = 0, time.monotonic() + seconds
+start = time.monotonic()
+if kind == "rr":
+    s = socket.create_connection((host, 7007))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    start = time.monotonic()
+    while time.monotonic() < end:
+        s.sendall(b"x")
+        if s.recv(1) != b"x":
+            sys.exit("the echo server answered wrong")
+        n += 1
+else:
+    while time.monotonic() < end:
+        socket.create_connection((host, 7007)).close()
+        n += 1
+print(n, time.monotonic() - start)
+'
+
+# run_python PATH KIND: "per_second a_cores machine_cores" of the rr or connect client.
+run_python() {
+    local path=$1 kind=$2 cmd d0 d1 m0 m1
+    cmd=(python3 -c "$CLIENT" "$kind" "$IN_B" "$DURATION")
+    [[ $path == stack ]] && cmd=("$ORDO" run -c "$CONF" -- "${cmd[@]}")
+    d0=$(daemon_ticks)
+    read -r m0 _ < <(machine_ticks)
+    ip netns exec "$NS_A" bash -c '"${@:2}" >"$1"; times >"$1.times"' _ "$OUT" "${cmd[@]}"
+    read -r m1 _ < <(machine_ticks)
+    d1=$(daemon_ticks)
+    python3 - "$OUT" "$d0" "$d1" "$m0" "$m1" "$(getconf CLK_TCK)" <<'EOF'
+import re, sys
+out, d0, d1, m0, m1, tick = sys.argv[1:]
+tick = int(tick)
+count, secs = open(out).read().split()
+secs = float(secs)
+children = open(out + ".times").read().split("\n")[1]
+cpu = sum(float(m) * 60 + float(s) for m, s in re.findall(r"(\d+)m([\d.]+)s", children))
+a = cpu + (int(d1) - int(d0)) / tick
+print(f"{int(count) / secs:.1f} {a / secs:.3f} {(int(m1) - int(m0)) / tick / secs:.3f}")
+EOF
+}
+
+# run_fairness PATH: 100 iperf3 flows B to A at once; "gbits jain slowest_share flows".
+run_fairness() {
+    local path=$1 cmd
+    cmd=(iperf3 -c "$IN_B" -p 5201 -t "$DURATION" -P 100 -R -J)
+    [[ $path == stack ]] && cmd=("$ORDO" run -c "$CONF" -- "${cmd[@]}")
+    ip netns exec "$NS_A" "${cmd[@]}" >"$OUT"
+    python3 - "$OUT" "$DURATION" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+flows = [s["receiver"]["bytes"] for s in r["end"]["streams"]]
+total = sum(flows)
+jain = total * total / (len(flows) * sum(x * x for x in flows)) if total else 0
+slowest = min(flows) * len(flows) / total if total else 0
+print(f"{total * 8 / float(sys.argv[2]) / 1e9:.3f} {jain:.3f} {slowest:.3f} {len(flows)}")
+EOF
 }
 
 # run PATH DIR: one iperf3 flow; prints "gbits a_cores machine_cores" (cores: CPU seconds
@@ -78,8 +173,62 @@ daemon_ticks() {
     [[ -n $pid ]] && awk '{print $14 + $15}' "/proc/$pid/stat" || echo 0
 }
 
+case $KIND in
+stream | loss | rr | connect | fairness) ;;
+*)
+    echo "bench-stack: KIND is stream, loss, rr, connect or fairness" >&2
+    exit 2
+    ;;
+esac
 setup
 OUT="$WORK/iperf.json"
+if [[ $KIND == rr || $KIND == connect ]]; then
+    unit=$([[ $KIND == rr ]] && echo "transactions/s" || echo "connections/s")
+    echo "| path | $unit (median of $RUNS) | A's processes, cores per 1,000 | machine, cores per 1,000 | runs |"
+    echo "|---|---|---|---|---|"
+    declare -A ROWS
+    for r in $(seq "$RUNS"); do
+        for path in stack tun; do
+            ROWS[$path]+="$(run_python "$path" "$KIND");"
+        done
+    done
+    for path in stack tun; do
+        python3 - "$path" "${ROWS[$path]}" <<'EOF'
+import statistics, sys
+path, runs = sys.argv[1], [r.split() for r in sys.argv[2].split(";") if r]
+rate = [float(r[0]) for r in runs]
+a = [float(r[1]) / float(r[0]) * 1000 for r in runs if float(r[0]) > 0]
+m = [float(r[2]) / float(r[0]) * 1000 for r in runs if float(r[0]) > 0]
+print(f"| {path} | {statistics.median(rate):,.0f} | {statistics.median(a):.3f} | {statistics.median(m):.3f} | "
+      + ", ".join(f"{x:,.0f}" for x in rate) + " |")
+EOF
+    done
+    exit 0
+fi
+if [[ $KIND == fairness ]]; then
+    echo "| path | Gbit/s, 100 flows B to A (median of $RUNS) | Jain's index | slowest flow / fair share | runs (Gbit/s, index) |"
+    echo "|---|---|---|---|---|"
+    declare -A ROWS
+    for r in $(seq "$RUNS"); do
+        for path in stack tun; do
+            ROWS[$path]+="$(run_fairness "$path");"
+        done
+    done
+    for path in stack tun; do
+        python3 - "$path" "${ROWS[$path]}" <<'EOF'
+import statistics, sys
+path, runs = sys.argv[1], [r.split() for r in sys.argv[2].split(";") if r]
+assert all(int(r[3]) == 100 for r in runs), "not 100 flows"
+g, j, low = ([float(r[i]) for r in runs] for i in range(3))
+print(f"| {path} | {statistics.median(g):.2f} | {statistics.median(j):.3f} | {statistics.median(low):.2f} | "
+      + ", ".join(f"{a:.2f} ({b:.3f})" for a, b in zip(g, j)) + " |")
+EOF
+    done
+    exit 0
+fi
+if [[ $KIND == loss ]]; then
+    echo "With $LOSS_PERMILLE per mille of the tunnel's datagrams dropped each way:"
+fi
 echo "| path | direction | Gbit/s (median of $RUNS) | A's processes, cores per Gbit/s | machine, cores per Gbit/s | runs (Gbit/s) |"
 echo "|---|---|---|---|---|---|"
 declare -A RESULTS
