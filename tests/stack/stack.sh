@@ -156,17 +156,23 @@ for port, want in [(9, errno.ECONNREFUSED), (8000, 0)]:
     [[ $got == $'refused\n9 True\n8000 True' ]] || fail "got: $got"
 }
 
+# iperf3_server: a one-shot iperf3 server on B's tunnel address; returns once it listens.
+iperf3_server() {
+    ip netns exec "$NS_B" iperf3 -s -1 -B "$IN_B" -p 5201 >/dev/null 2>&1 &
+    for _ in $(seq 50); do
+        ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && return 0
+        sleep 0.1
+    done
+    fail "iperf3 server did not start"
+}
+
 # iperf3 (select-driven, non-blocking sockets) through the stack, each way: the bytes the
 # receiving side counted, at least 10 MB in 3 s; then UDP each way.
 t_iperf3() {
     setup
     local dir json bytes
     for dir in "" -R; do
-        ip netns exec "$NS_B" iperf3 -s -1 -B "$IN_B" -p 5201 >/dev/null 2>&1 &
-        for _ in $(seq 50); do
-            ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break
-            sleep 0.1
-        done
+        iperf3_server
         json=$(ordo_run iperf3 -c "$IN_B" -p 5201 -t 3 -J $dir) || fail "iperf3 $dir: $json"
         bytes=$(echo "$json" | "$PY" -c "import json,sys; print(int(json.load(sys.stdin)['end']['sum_received']['bytes']))")
         log "    iperf3 $dir: $((bytes * 8 / 3 / 1000000)) Mbit/s"
@@ -176,11 +182,7 @@ t_iperf3() {
     # datagrams, and lost few.
     local packets lost
     for dir in "" -R; do
-        ip netns exec "$NS_B" iperf3 -s -1 -B "$IN_B" -p 5201 >/dev/null 2>&1 &
-        for _ in $(seq 50); do
-            ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null && break
-            sleep 0.1
-        done
+        iperf3_server
         json=$(ordo_run iperf3 -c "$IN_B" -p 5201 -u -b 100M -l 1200 -t 3 -J $dir) || fail "iperf3 -u $dir: $json"
         read -r packets lost < <(echo "$json" | "$PY" -c "
 import json, sys

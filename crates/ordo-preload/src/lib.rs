@@ -197,26 +197,17 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
 /// seqpacket pair whose records are its datagrams, the other end the service's. Answered at
 /// once, blocking or not: connecting UDP sends nothing.
 fn connect_datagram(s: &Settings, fd: c_int, family: c_int, dest: std::net::SocketAddr) -> c_int {
-    let (mine, theirs) = match attach::socket_pair(libc::SOCK_SEQPACKET) {
-        Ok(p) => p,
-        Err(e) => return fail(e),
-    };
     let request = Request {
         op: Op::ConnectUdp,
         addr: dest,
         nonblocking: None,
     };
-    let reply = match attach::ask(&s.socket, &request, theirs.as_raw_fd()) {
-        Ok(r) if r.errno != 0 => {
-            set_errno(r.errno);
-            return -1;
-        }
+    let (reply, inode) = match stand_in_from_service(s, fd, libc::SOCK_SEQPACKET, &request) {
         Ok(r) => r,
-        Err(e) => return fail_closed(e),
+        Err(r) => return r,
     };
-    drop(theirs);
-    match swap_in(fd, mine) {
-        Ok(Some(inode)) => sockets::remember(sockets::TunnelSocket {
+    if let Some(inode) = inode {
+        sockets::remember(sockets::TunnelSocket {
             inode,
             family,
             local: reply.local,
@@ -225,11 +216,33 @@ fn connect_datagram(s: &Settings, fd: c_int, family: c_int, dest: std::net::Sock
             error: 0,
             listening: false,
             datagram: true,
-        }),
-        Ok(None) => {}
-        Err(()) => return -1,
+        });
     }
     0
+}
+
+/// Sends `request` to the service with one end of a fresh Unix socket pair of type `ty` and,
+/// once it has answered yes, puts the other end in place of the program's `fd`
+/// ([`swap_in`]). Returns the reply and the stand-in's inode, or the value the program's
+/// call returns (errno set): the service's refusal, or failing closed without it.
+fn stand_in_from_service(
+    s: &Settings,
+    fd: c_int,
+    ty: c_int,
+    request: &Request,
+) -> Result<(ordo_attach::Reply, Option<u64>), c_int> {
+    let (mine, theirs) = attach::socket_pair(ty).map_err(fail)?;
+    let reply = match attach::ask(&s.socket, request, theirs.as_raw_fd()) {
+        Ok(r) if r.errno != 0 => {
+            set_errno(r.errno);
+            return Err(-1);
+        }
+        Ok(r) => r,
+        Err(e) => return Err(fail_closed(e)),
+    };
+    drop(theirs);
+    let inode = swap_in(fd, mine).map_err(|()| -1)?;
+    Ok((reply, inode))
 }
 
 /// Puts `stand_in` in place of the program's descriptor `fd`: the same number, its
@@ -776,27 +789,14 @@ fn listen_in_stack(s: &Settings, fd: c_int, inode: u64, local: std::net::SocketA
         set_errno(libc::ENOTSOCK);
         return -1;
     };
-    let (mine, theirs) = match attach::socket_pair(libc::SOCK_SEQPACKET) {
-        Ok(p) => p,
-        Err(e) => return fail(e),
-    };
     let request = Request {
         op: Op::ListenTcp,
         addr: local,
         nonblocking: None,
     };
-    let reply = match attach::ask(&s.socket, &request, theirs.as_raw_fd()) {
-        Ok(r) if r.errno != 0 => {
-            set_errno(r.errno);
-            return -1;
-        }
+    let (reply, new) = match stand_in_from_service(s, fd, libc::SOCK_SEQPACKET, &request) {
         Ok(r) => r,
-        Err(e) => return fail_closed(e),
-    };
-    drop(theirs);
-    let new = match swap_in(fd, mine) {
-        Ok(inode) => inode,
-        Err(()) => return -1,
+        Err(r) => return r,
     };
     sockets::forget_bound(inode);
     if let Some(new) = new {

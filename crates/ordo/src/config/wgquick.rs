@@ -35,26 +35,7 @@ pub enum Table {
     Id(u32),
 }
 
-/// What the interface's inner side is (`Inner =`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum InnerKind {
-    /// A TUN device: the host's programs reach the tunnel through the kernel (needs root).
-    #[default]
-    Tun,
-    /// Ordo's own TCP/IP stack: programs attach with `ordo run --attach` (no root, no TUN).
-    Stack,
-}
-
-impl std::str::FromStr for InnerKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "tun" => Ok(InnerKind::Tun),
-            "stack" => Ok(InnerKind::Stack),
-            _ => Err(format!("{s:?} is not tun or stack")),
-        }
-    }
-}
+pub use crate::device::inner::InnerKind;
 
 #[derive(Debug, Default)]
 pub struct InterfaceSection {
