@@ -69,7 +69,12 @@ socketserver.ThreadingTCPServer(('$IN_B', 7007), Echo).serve_forever()
     done
     if [[ $KIND == loss ]]; then
         # Random drops of the tunnel's datagrams into and out of B (this kernel has no
-        # netem): the data of one direction and the acknowledgements of the other.
+        # netem): the data of one direction and the acknowledgements of the other. A UDP GSO
+        # batch crosses veth as one packet, which the rule would drop whole; with at most one
+        # segment per packet on the veth the kernel cuts batches before it, and each datagram
+        # is dropped on its own, as on a real link.
+        ip -n "$NS_A" link set veth-a gso_max_segs 1
+        ip -n "$NS_B" link set veth-b gso_max_segs 1
         ip netns exec "$NS_B" nft -f - <<EOF
 table inet ordo_bench_loss {
     chain in { type filter hook input priority 0; udp dport $PORT_B numgen random mod 1000 < $LOSS_PERMILLE drop; }
