@@ -130,7 +130,7 @@ for url in ['http://$IN_B:8000/where', 'http://$OUT_B:8001/where', 'http://127.0
 # A connection refused at the far end is refused for the program too: ECONNREFUSED from a
 # blocking connect, and from a non-blocking one EINPROGRESS, then writable, then
 # ECONNREFUSED in SO_ERROR; and a non-blocking connect that succeeds says EINPROGRESS, then
-# becomes writable and SO_ERROR is 0. The program goes on after each.
+# becomes writable and SO_ERROR is 0. The program goes on after each. Then signals.
 t_refused() {
     setup
     mkdir -p "$WORK/www"
@@ -154,6 +154,36 @@ for port, want in [(9, errno.ECONNREFUSED), (8000, 0)]:
     print(port, s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == want)
 ") || fail "the program failed: $got"
     [[ $got == $'refused\n9 True\n8000 True' ]] || fail "got: $got"
+    # A blocking connect that gets no answer (B drops the SYNs) is interrupted by a signal
+    # as the kernel's is (EINTR: python runs the handler, which raises), at once, not after
+    # the stack's connect timeout; a refused one leaves the socket to be connected again.
+    ip netns exec "$NS_B" nft add table inet ordo_test_silent
+    ip netns exec "$NS_B" nft add chain inet ordo_test_silent in '{ type filter hook input priority 0; }'
+    ip netns exec "$NS_B" nft add rule inet ordo_test_silent in tcp dport 9998 drop
+    got=$(ordo_run "$PY" -c "
+import signal, socket, time
+class Alarm(Exception):
+    pass
+def on_alarm(*_):
+    raise Alarm()
+signal.signal(signal.SIGALRM, on_alarm)
+s = socket.socket()
+signal.setitimer(signal.ITIMER_REAL, 0.5)
+t = time.monotonic()
+try:
+    s.connect(('$IN_B', 9998))
+    print('connected')
+except Alarm:
+    print('interrupted', round(time.monotonic() - t, 1))
+s = socket.socket()
+try:
+    s.connect(('$IN_B', 9))
+except ConnectionRefusedError:
+    s.connect(('$IN_B', 8000))
+    print('connected again')
+") || fail "the program failed: $got"
+    log "    $got"
+    [[ $got == $'interrupted 0.5\nconnected again' ]] || fail "got: $got"
 }
 
 # iperf3_server: a one-shot iperf3 server on B's tunnel address; returns once it listens.

@@ -29,7 +29,7 @@ mod sockets;
 
 use libc::{c_int, sockaddr, socklen_t};
 use ordo_attach::{Op, Request, Route};
-use std::os::fd::{AsRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -135,62 +135,114 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         Ok(p) => p,
         Err(e) => return fail(e),
     };
-    // The stand-in takes the program's descriptor number, with its flags: O_NONBLOCK lives
-    // in the open file, FD_CLOEXEC in the descriptor.
     // SAFETY: fcntl on the program's descriptor, reading flags only.
     let status = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     let nonblocking = status >= 0 && status & libc::O_NONBLOCK != 0;
-    let (reply, pending) = if nonblocking {
-        let filler = match fill(mine.as_raw_fd()) {
-            Ok(f) => f,
-            Err(e) => return fail(e),
-        };
-        let request = Request {
-            op: Op::ConnectTcp,
-            addr: dest,
-            nonblocking: Some(filler),
-        };
-        match attach::send(&s.socket, &request, &[theirs.as_raw_fd(), mine.as_raw_fd()]) {
-            Ok(control) => (None, Some(control)),
-            Err(e) => return fail_closed(e),
-        }
-    } else {
-        let request = Request {
-            op: Op::ConnectTcp,
-            addr: dest,
-            nonblocking: None,
-        };
-        match attach::ask(&s.socket, &request, theirs.as_raw_fd()) {
-            Ok(r) if r.errno != 0 => {
-                set_errno(r.errno);
-                return -1;
-            }
-            Ok(r) => (Some(r), None),
-            Err(e) => return fail_closed(e),
-        }
+    // Every connect is made as a non-blocking one (see `fill`); a blocking connect then waits
+    // for the answer, where a signal may interrupt it as it interrupts the kernel's.
+    let filler = match fill(mine.as_raw_fd()) {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
+    let request = Request {
+        op: Op::ConnectTcp,
+        addr: dest,
+        nonblocking: Some(filler),
+    };
+    let control = match attach::send(&s.socket, &request, &[theirs.as_raw_fd(), mine.as_raw_fd()]) {
+        Ok(c) => c,
+        Err(e) => return fail_closed(e),
     };
     drop(theirs);
+    // A blocking connect that fails leaves the socket as it was, to be connected again: the
+    // program's own socket is kept aside until the answer.
+    let original = if nonblocking {
+        None
+    } else {
+        // SAFETY: F_DUPFD_CLOEXEC duplicates the program's descriptor; the copy is ours.
+        let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        // SAFETY: a descriptor fcntl just made, owned by nobody else.
+        (copy >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(copy) })
+    };
+    let old_inode = sockets::socket_inode(fd);
     let inode = match swap_in(fd, mine) {
-        Ok(inode) => inode,
+        Ok(Some(inode)) => inode,
+        Ok(None) => {
+            set_errno(libc::ENOTSOCK);
+            return -1;
+        }
         Err(()) => return -1,
     };
-    if let Some(inode) = inode {
-        sockets::remember(sockets::TunnelSocket {
-            inode,
-            family,
-            local: reply.and_then(|r| r.local),
-            remote: reply.and_then(|r| r.remote).or(Some(dest)),
-            pending: pending.map(IntoRawFd::into_raw_fd),
-            error: 0,
-            listening: false,
-            datagram: false,
-        });
-    }
+    let entry = sockets::TunnelSocket {
+        inode,
+        family,
+        local: None,
+        remote: Some(dest),
+        pending: Some(control.into_raw_fd()),
+        error: 0,
+        listening: false,
+        datagram: false,
+    };
+    sockets::remember(entry);
     if nonblocking {
         set_errno(libc::EINPROGRESS);
         return -1;
     }
-    0
+    match wait_for_connect(&entry) {
+        // Interrupted: as the kernel's, the connection goes on being made; the program
+        // learns of it as after a non-blocking connect (writable, then SO_ERROR).
+        None => {
+            set_errno(libc::EINTR);
+            -1
+        }
+        Some(0) => 0,
+        Some(errno) => {
+            // Refused, unreachable, timed out: the program's socket back in place, unconnected.
+            if let Some(original) = original {
+                // SAFETY: fcntl reading the stand-in's descriptor flags.
+                let fd_flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+                let cloexec = if fd_flags >= 0 && fd_flags & libc::FD_CLOEXEC != 0 {
+                    libc::O_CLOEXEC
+                } else {
+                    0
+                };
+                // SAFETY: both are open descriptors; dup3 atomically replaces `fd`'s file.
+                if unsafe { libc::dup3(original.as_raw_fd(), fd, cloexec) } >= 0 {
+                    sockets::forget(inode);
+                    if let Some(old) = old_inode {
+                        epoll::carry_over(fd, inode, old);
+                    }
+                }
+            }
+            set_errno(errno);
+            -1
+        }
+    }
+}
+
+/// Waits for the answer to the connect of `entry`: its errno (0: established), or None if
+/// a signal interrupted the wait.
+fn wait_for_connect(entry: &TunnelSocket) -> Option<c_int> {
+    loop {
+        if let Some(errno) = connect_result(entry) {
+            return Some(errno);
+        }
+        let Some(control) = sockets::lookup_inode(entry.inode).and_then(|e| e.pending) else {
+            // Answered meanwhile (another thread asked): its result.
+            return Some(sockets::lookup_inode(entry.inode).map_or(libc::ECONNABORTED, |e| e.error));
+        };
+        let mut p = libc::pollfd {
+            fd: control,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; no timeout: the service answers within its own.
+        if unsafe { libc::poll(&mut p, 1, -1) } < 0
+            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {
+            return None;
+        }
+    }
 }
 
 /// A UDP socket connected to a tunnel address: its descriptor becomes one end of a Unix

@@ -85,6 +85,12 @@ pub fn forget(inode: u64) {
     t.retain(|e| e.inode != inode);
 }
 
+/// The entry of `inode`, if any.
+pub fn lookup_inode(inode: u64) -> Option<TunnelSocket> {
+    let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    t.iter().find(|e| e.inode == inode).copied()
+}
+
 /// The tunnel socket `fd` refers to, if any.
 pub fn lookup(fd: i32) -> Option<TunnelSocket> {
     let inode = socket_inode(fd)?;

@@ -93,7 +93,8 @@ pub fn relay(f: &Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &Datagram
             return false;
         }
         let n = n as usize;
-        if n == 0 && app_closed(fd) {
+        // A zero-length record is an empty datagram, or the application's end closed.
+        if n == 0 && super::service::hung_up(fd) {
             return false;
         }
         if n > f.max_payload {
@@ -134,17 +135,4 @@ pub fn relay(f: &Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &Datagram
         let _ = s.recv();
     }
     true
-}
-
-/// After a zero-length record: whether it was the application closing its end (POLLHUP on
-/// ours), or an empty datagram, which is legal too.
-fn app_closed(fd: libc::c_int) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: 0,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, no wait.
-    let r = unsafe { libc::poll(&mut p, 1, 0) };
-    r > 0 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0
 }

@@ -673,6 +673,17 @@ impl State {
         while i < self.connections.len() {
             let c = &mut self.connections[i];
             let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
+            let abandoned = (c.waiting.as_ref())
+                .is_some_and(|(control, _)| hung_up(c.app.as_raw_fd()) || hung_up(control.as_raw_fd()));
+            if abandoned {
+                // The program closed a socket still connecting, or ended (which closes the
+                // request its answer would go to; the service keeps a copy of a
+                // non-blocking connect's stand-in, so that end alone does not tell): the
+                // attempt is abandoned, as the kernel abandons a closed socket's SYN_SENT.
+                s.abort();
+                self.end(i);
+                continue;
+            }
             let mut failed = false;
             if let Some((control, deadline)) = &c.waiting {
                 let answer = match s.state() {
@@ -830,6 +841,19 @@ fn peer_closed(fd: RawFd) -> bool {
     // SAFETY: peeking at most one byte into `b`.
     let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
     n == 0
+}
+
+/// Whether the other end of the Unix socket `fd` is closed (POLLHUP), whatever it left
+/// unread on ours.
+pub(super) fn hung_up(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0
 }
 
 /// Sends an accepted connection and its descriptor over a listener's pair, without waiting.
