@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The rustc wrapper of the fuzz campaign's builds (RUSTC_WRAPPER): every crate gets the
-# coverage instrumentation cargo-fuzz asks for, except the X25519 arithmetic. It is not the
-# code under test, it is constant-time (no branch to guide the fuzzer), and its instrumented
-# comparisons took most of every execution that completes a handshake.
+# coverage instrumentation cargo-fuzz asks for, except the X25519 arithmetic and BLAKE2s. They
+# are not the code under test, they are constant-time (no branch to guide the fuzzer), and
+# their instrumented comparisons took most of every execution that completes a handshake.
 rustc=$1
 shift
 case " $* " in
-*" --crate-name curve25519_dalek "* | *" --crate-name x25519_dalek "*)
+*" --crate-name curve25519_dalek "* | *" --crate-name x25519_dalek "* | *" --crate-name blake2 "*)
     args=()
     for a in "$@"; do
         case $a in
