@@ -60,6 +60,9 @@ class Echo(socketserver.BaseRequestHandler):
             self.request.sendall(b)
 socketserver.ThreadingTCPServer.allow_reuse_address = True
 socketserver.ThreadingTCPServer.daemon_threads = True
+# socketserver's backlog of 5 overflows at a few thousand connections a second: SYNs dropped,
+# a second's retransmission each.
+socketserver.ThreadingTCPServer.request_queue_size = 4096
 socketserver.ThreadingTCPServer(('$IN_B', 7007), Echo).serve_forever()
 " >/dev/null 2>&1 &
     for _ in $(seq 50); do
@@ -86,7 +89,7 @@ EOF
 
 # The python client of rr and connect: prints "count seconds".
 CLIENT='
-import socket, sys, time
+import socket, struct, sys, time
 kind, host, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 n, end = 0, time.monotonic() + seconds
 start = time.monotonic()
@@ -100,8 +103,13 @@ if kind == "rr":
             sys.exit("the echo server answered wrong")
         n += 1
 else:
+    # Closed with a reset (linger 0): the kernel keeps no TIME_WAIT socket, whose thousands
+    # would exhaust the client ports within a run and measure that instead.
+    linger = struct.pack("ii", 1, 0)
     while time.monotonic() < end:
-        socket.create_connection((host, 7007)).close()
+        c = socket.create_connection((host, 7007))
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+        c.close()
         n += 1
 print(n, time.monotonic() - start)
 '
