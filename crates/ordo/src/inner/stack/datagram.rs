@@ -94,7 +94,7 @@ pub fn relay(f: &Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &Datagram
         }
         let n = n as usize;
         // A zero-length record is an empty datagram, or the application's end closed.
-        if n == 0 && super::service::hung_up(fd) {
+        if n == 0 && super::unix::hung_up(fd) {
             return false;
         }
         if n > f.max_payload {

@@ -11,6 +11,7 @@
 pub mod datagram;
 pub mod link;
 pub mod service;
+pub mod unix;
 
 use crate::host::wakeup::Inbox;
 use crate::port::{buffers, Counter, DeliveryRun, InnerPort, InnerRead};

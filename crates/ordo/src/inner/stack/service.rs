@@ -12,6 +12,7 @@
 
 use super::datagram::{self, Flow};
 use super::link::{Link, Wires};
+use super::unix::{hung_up, peer_closed};
 use super::StackSettings;
 use crate::host::wakeup::WakeUp;
 use ordo_attach::rights::Rights;
@@ -832,28 +833,6 @@ fn stream_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     set_nonblocking(ours.as_raw_fd())?;
     Ok((ours, theirs))
-}
-
-/// Whether the other end of `fd` is closed (a read would give end of file). The application
-/// never writes to its listening socket, so anything else means open.
-fn peer_closed(fd: RawFd) -> bool {
-    let mut b = [0u8; 1];
-    // SAFETY: peeking at most one byte into `b`.
-    let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
-    n == 0
-}
-
-/// Whether the other end of the Unix socket `fd` is closed (POLLHUP), whatever it left
-/// unread on ours.
-pub(super) fn hung_up(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: 0,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, no wait.
-    let r = unsafe { libc::poll(&mut p, 1, 0) };
-    r > 0 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0
 }
 
 /// Sends an accepted connection and its descriptor over a listener's pair, without waiting.
