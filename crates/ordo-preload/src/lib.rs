@@ -592,11 +592,17 @@ unsafe fn refused_destination(fd: c_int, addr: *const sockaddr, len: socklen_t) 
     let s = settings()?;
     // SAFETY: the caller's contract.
     let dest = addr::unmapped(unsafe { addr::read(addr, len) }?);
+    let to_tunnel = ordo_attach::through_tunnel(&s.routes, dest.ip());
+    if !to_tunnel && !sockets::any_datagram() {
+        // Neither a tunnel destination nor a tunnel UDP socket that could be misdirected:
+        // the kernel's, without a look-up.
+        return None;
+    }
     match tunnel_socket(fd) {
         Some(t) if t.datagram => (t.remote != Some(dest)).then_some(libc::EISCONN),
         // A connected TCP socket ignores a destination, as the kernel's does.
         Some(_) => None,
-        None => ordo_attach::through_tunnel(&s.routes, dest.ip()).then_some(libc::ENETUNREACH),
+        None => to_tunnel.then_some(libc::ENETUNREACH),
     }
 }
 
@@ -671,6 +677,9 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::
 /// Where a datagram read from `fd` came from, if `fd` is a tunnel UDP socket: its remote
 /// (the only source a connected socket receives from), in the family it was made with.
 fn datagram_source(fd: c_int) -> Option<(std::net::SocketAddr, c_int)> {
+    if !sockets::any_datagram() {
+        return None;
+    }
     match tunnel_socket(fd)? {
         TunnelSocket {
             datagram: true,

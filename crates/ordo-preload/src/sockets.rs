@@ -3,6 +3,7 @@
 //! same socket, and a closed number reused for another file is not (no hook on close needed).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Sockets remembered; the oldest is forgotten beyond (only its names are lost: reads and
@@ -67,22 +68,41 @@ pub fn socket_inode(fd: i32) -> Option<u64> {
     Some(st.st_ino)
 }
 
+/// How many of the table's entries are UDP sockets, kept with the table under its lock: the
+/// send and receive hooks skip the look-up (a system call) while there are none, as for a
+/// program that has only kernel sockets.
+static DATAGRAMS: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether the table holds any UDP socket.
+pub fn any_datagram() -> bool {
+    DATAGRAMS.load(Ordering::Acquire) > 0
+}
+
+/// Keeps [`DATAGRAMS`] true to the table after `f` changed it.
+fn counted<R>(t: &mut Vec<TunnelSocket>, f: impl FnOnce(&mut Vec<TunnelSocket>) -> R) -> R {
+    let r = f(t);
+    DATAGRAMS.store(t.iter().filter(|e| e.datagram).count(), Ordering::Release);
+    r
+}
+
 pub fn remember(s: TunnelSocket) {
     let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
-    t.retain(|e| e.inode != s.inode);
-    if t.len() >= MAX {
-        if let Some(control) = t.remove(0).pending {
-            // SAFETY: the table owned this descriptor; it is forgotten with its entry.
-            unsafe { libc::close(control) };
+    counted(&mut t, |t| {
+        t.retain(|e| e.inode != s.inode);
+        if t.len() >= MAX {
+            if let Some(control) = t.remove(0).pending {
+                // SAFETY: the table owned this descriptor; it is forgotten with its entry.
+                unsafe { libc::close(control) };
+            }
         }
-    }
-    t.push(s);
+        t.push(s);
+    });
 }
 
 /// Forgets the socket of `inode` (the library's own, closed).
 pub fn forget(inode: u64) {
     let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
-    t.retain(|e| e.inode != inode);
+    counted(&mut t, |t| t.retain(|e| e.inode != inode));
 }
 
 /// The entry of `inode`, if any.
