@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build demo test lint unit interop interop-quick stack loadgen lab-short lab bench fuzz fuzz-campaign clean
+.PHONY: all build demo test lint unit smoltcp-test interop interop-quick stack loadgen lab-short lab bench fuzz fuzz-campaign clean
 
 all: build
 
@@ -28,12 +28,17 @@ lint:
 	@! grep -nE '\| *(grep -[a-zA-Z]*q|head)' tests/*.sh tests/interop/*.sh tests/stack/*.sh lab/*.sh scripts/*.sh .ci/run \
 		|| { echo 'lint: a pipe into grep -q or head (see the Makefile comment)'; exit 1; }
 
-unit:
+unit: smoltcp-test
 	$(CARGO) test --workspace --locked
 	@# The binary users run is the release one, where moves and stack reuse differ: keys are
 	@# looked for in freed memory there too.
 	$(CARGO) test --release --locked -p ordo --test secrets
 	python3 scripts/profile-classify-test.py
+
+# The vendored smoltcp that carries Ordo's TCP patches (third_party/README.md), with its own
+# tests and those of the patches.
+smoltcp-test:
+	cd third_party/smoltcp && $(CARGO) test --lib --locked --features socket-tcp-cubic,socket-tcp-reno
 
 interop: build
 	tests/install-deps.sh

@@ -19,6 +19,9 @@ use crate::wire::{
 };
 
 mod congestion;
+mod scoreboard;
+
+use scoreboard::Scoreboard;
 
 macro_rules! tcp_trace {
     ($($arg:expr),*) => (net_log!(trace, $($arg),*));
@@ -151,7 +154,8 @@ const RTTE_MIN_MARGIN: u32 = 5;
 const RTTE_K: u32 = 4;
 
 // RFC 6298 (2.4): Whenever RTO is computed, if it is less than 1 second, then the
-// RTO SHOULD be rounded up to 1 second.
+// RTO SHOULD be rounded up to 1 second. `Socket::set_min_rto` can lower it (RFC 8961
+// allows this; Linux uses 200 ms).
 const RTTE_MIN_RTO: u32 = 1000;
 
 // RFC 6298 (2.5) A maximum value MAY be placed on RTO provided it is at least 60
@@ -173,6 +177,8 @@ struct RttEstimator {
     timestamp: Option<(Instant, TcpSeqNumber)>,
     max_seq_sent: Option<TcpSeqNumber>,
     rto_count: u8,
+    /// The floor of the computed RTO, in milliseconds.
+    min_rto: u32,
 }
 
 impl Default for RttEstimator {
@@ -185,6 +191,7 @@ impl Default for RttEstimator {
             timestamp: None,
             max_seq_sent: None,
             rto_count: 0,
+            min_rto: RTTE_MIN_RTO,
         }
     }
 }
@@ -214,7 +221,7 @@ impl RttEstimator {
 
         // RFC 6298 (2.2), (2.3)
         let margin = RTTE_MIN_MARGIN.max(self.rttvar * RTTE_K);
-        self.rto = (self.srtt + margin).clamp(RTTE_MIN_RTO, RTTE_MAX_RTO);
+        self.rto = (self.srtt + margin).clamp(self.min_rto, RTTE_MAX_RTO);
 
         self.rto_count = 0;
 
@@ -287,7 +294,6 @@ enum Timer {
     Retransmit {
         expires_at: Instant,
     },
-    FastRetransmit,
     ZeroWindowProbe {
         expires_at: Instant,
         delay: Duration,
@@ -319,7 +325,6 @@ impl Timer {
     fn should_retransmit(&self, timestamp: Instant) -> bool {
         match *self {
             Timer::Retransmit { expires_at } if timestamp >= expires_at => true,
-            Timer::FastRetransmit => true,
             _ => false,
         }
     }
@@ -348,7 +353,6 @@ impl Timer {
             } => PollAt::Ingress,
             Timer::ZeroWindowProbe { expires_at, .. } => PollAt::Time(expires_at),
             Timer::Retransmit { expires_at, .. } => PollAt::Time(expires_at),
-            Timer::FastRetransmit => PollAt::Now,
             Timer::Close { expires_at } => PollAt::Time(expires_at),
         }
     }
@@ -375,20 +379,13 @@ impl Timer {
 
     fn set_for_retransmit(&mut self, timestamp: Instant, delay: Duration) {
         match *self {
-            Timer::Idle { .. }
-            | Timer::FastRetransmit
-            | Timer::Retransmit { .. }
-            | Timer::ZeroWindowProbe { .. } => {
+            Timer::Idle { .. } | Timer::Retransmit { .. } | Timer::ZeroWindowProbe { .. } => {
                 *self = Timer::Retransmit {
                     expires_at: timestamp + delay,
                 }
             }
             Timer::Close { .. } => (),
         }
-    }
-
-    fn set_for_fast_retransmit(&mut self) {
-        *self = Timer::FastRetransmit
     }
 
     fn set_for_close(&mut self, timestamp: Instant) {
@@ -423,7 +420,7 @@ impl Timer {
     }
 
     fn is_retransmit(&self) -> bool {
-        matches!(self, Timer::Retransmit { .. } | Timer::FastRetransmit)
+        matches!(self, Timer::Retransmit { .. })
     }
 }
 
@@ -521,8 +518,14 @@ pub struct Socket<'a> {
     /// The number of packets received directly after
     /// each other which have the same ACK number.
     local_rx_dup_acks: u8,
-    /// If a fast retransmit needs to occur
-    pending_fast_retransmit: bool,
+    /// What the remote has selectively acknowledged above `local_seq_no`.
+    sack_scoreboard: Scoreboard,
+    /// The loss recovery in progress, if any.
+    recovery: Option<Recovery>,
+    /// When to send a tail loss probe (RFC 8985 section 7), if one is scheduled.
+    probe_at: Option<Instant>,
+    /// A tail loss probe went and no ACK of new data has arrived since.
+    probe_outstanding: bool,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -556,6 +559,41 @@ pub struct Socket<'a> {
 }
 
 const DEFAULT_MSS: usize = 536;
+
+/// Added to twice the smoothed round trip to make the wait before a tail loss probe, as
+/// Linux does: round trips measured in whole milliseconds can be 0.
+const TLP_MARGIN: Duration = Duration::from_millis(2);
+
+/// RFC 8985's WCDelAckT: how long a receiver may delay the ACK of a lone segment.
+const TLP_DELAYED_ACK: Duration = Duration::from_millis(200);
+
+/// RFC 6675's DupThresh: duplicate ACKs (or discontiguous SACKed segments) that mean a
+/// segment is lost rather than reordered.
+const DUP_THRESH: usize = 3;
+
+/// Loss recovery after a loss inferred from duplicate ACKs or SACK information: RFC 6675
+/// when the remote sends SACK blocks, NewReno (RFC 6582) when it does not. Holes are
+/// retransmitted once each per recovery, as the congestion window allows; a lost
+/// retransmission is left to the retransmission timer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+struct Recovery {
+    /// RecoveryPoint: the highest sequence number sent when recovery began. Recovery
+    /// ends when it is acknowledged.
+    point: TcpSeqNumber,
+    /// HighRxt: everything below it that was deemed lost has been retransmitted.
+    high_rxt: TcpSeqNumber,
+    /// Every octet below this that is not SACKed is deemed lost: after a timeout,
+    /// everything sent; after a tail loss probe, everything below what it got SACKed.
+    lost_floor: TcpSeqNumber,
+    /// Recovery after a retransmission timeout: the window grows in slow start meanwhile.
+    after_rto: bool,
+    /// The first unacknowledged segment was retransmitted when this was the highest
+    /// sequence number sent: once data from at or above it is SACKed, that retransmission
+    /// is lost too, for data sent after it arrived (RFC 8985's reasoning, without its
+    /// per-segment timestamps).
+    una_mark: Option<TcpSeqNumber>,
+}
 
 /// Minimum MSS we accept from the remote, same value as Linux's `TCP_MIN_SND_MSS`.
 /// Without it, a peer advertising a tiny MSS could force segments to carry little
@@ -613,7 +651,10 @@ impl<'a> Socket<'a> {
             local_rx_last_ack: None,
             local_rx_last_seq: None,
             local_rx_dup_acks: 0,
-            pending_fast_retransmit: false,
+            sack_scoreboard: Scoreboard::default(),
+            recovery: None,
+            probe_at: None,
+            probe_outstanding: false,
             ack_delay: Some(ACK_DELAY_DEFAULT),
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
@@ -806,6 +847,22 @@ impl<'a> Socket<'a> {
         self.ack_delay = duration
     }
 
+    /// Return the floor of the retransmission timeout.
+    pub fn min_rto(&self) -> Duration {
+        Duration::from_millis(self.rtte.min_rto as _)
+    }
+
+    /// Set the floor of the retransmission timeout computed from round-trip time
+    /// measurements (at most 60 s).
+    ///
+    /// By default it is 1 second, as RFC 6298 (2.4) recommends. RFC 8961 allows less;
+    /// Linux uses 200 ms, which lets a sender whose loss recovery failed resume far
+    /// sooner on paths with short round trips. It does not change the timeout used
+    /// before the first measurement (1 second).
+    pub fn set_min_rto(&mut self, duration: Duration) {
+        self.rtte.min_rto = (duration.total_millis().min(RTTE_MAX_RTO as u64) as u32).max(1);
+    }
+
     /// Enable or disable Nagle's Algorithm.
     ///
     /// Also known as "tinygram prevention". By default, it is enabled.
@@ -907,7 +964,11 @@ impl<'a> Socket<'a> {
 
         self.state = State::Closed;
         self.timer = Timer::new();
-        self.rtte = RttEstimator::default();
+        // The RTO floor is a setting of the socket, not connection state.
+        self.rtte = RttEstimator {
+            min_rto: self.rtte.min_rto,
+            ..RttEstimator::default()
+        };
         self.assembler = Assembler::new();
         self.tx_buffer.clear();
         self.rx_buffer.clear();
@@ -924,6 +985,10 @@ impl<'a> Socket<'a> {
         self.remote_win_shift = rx_cap_log2.saturating_sub(16) as u8;
         self.remote_mss = DEFAULT_MSS;
         self.remote_last_ts = None;
+        self.sack_scoreboard.clear();
+        self.recovery = None;
+        self.probe_at = None;
+        self.probe_outstanding = false;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
 
@@ -1402,7 +1467,136 @@ impl<'a> Socket<'a> {
         self.congestion_controller
             .inner()
             .window()
-            .saturating_sub(self.flight_size())
+            .saturating_sub(self.pipe())
+    }
+
+    /// RFC 6675's pipe: the octets sent that are still in the network. Those the remote
+    /// SACKed have left it, and so, during recovery, have those deemed lost and not
+    /// retransmitted yet. Without SACK information this is the flight size.
+    fn pipe(&self) -> usize {
+        let mut pipe = self
+            .flight_size()
+            .saturating_sub(self.sack_scoreboard.sacked());
+        if let Some(recovery) = self.recovery {
+            let from = recovery.high_rxt.max(self.local_seq_no);
+            let lost = self
+                .sack_scoreboard
+                .unsacked(from, self.recovery_lost_below(recovery));
+            pipe = pipe.saturating_sub(lost);
+        }
+        pipe
+    }
+
+    /// Records the SACK blocks of an acceptable ACK; returns whether they told of
+    /// data not known to be SACKed before.
+    fn update_sack_scoreboard(&mut self, ack_number: TcpSeqNumber, repr: &TcpRepr) -> bool {
+        self.sack_scoreboard.prune(ack_number);
+        if !self.remote_has_sack {
+            return false;
+        }
+        let mut sacked_new = false;
+        for &(left, right) in repr.sack_ranges.iter().flatten() {
+            let (start, end) = (TcpSeqNumber(left as i32), TcpSeqNumber(right as i32));
+            // A block at or below the cumulative ACK reports a duplicate (D-SACK,
+            // RFC 2883); one beyond what was sent is bogus.
+            if start <= ack_number || end > self.remote_last_seq {
+                continue;
+            }
+            sacked_new |= self.sack_scoreboard.add(start, end);
+        }
+        sacked_new
+    }
+
+    /// Every octet below this that the remote has not SACKed is lost, by RFC 6675's
+    /// IsLost: DupThresh segments' worth, or DupThresh blocks, SACKed above it.
+    fn sack_lost_below(&self) -> TcpSeqNumber {
+        self.sack_scoreboard.lost_below(
+            self.local_seq_no,
+            (DUP_THRESH - 1) * self.remote_mss,
+            DUP_THRESH,
+        )
+    }
+
+    /// Every octet below this that is not SACKed is deemed lost during `recovery`: at
+    /// least the first unacknowledged segment (RFC 6675 (4.3), RFC 6582), and what
+    /// `recovery.lost_floor` says.
+    fn recovery_lost_below(&self, recovery: Recovery) -> TcpSeqNumber {
+        self.sack_lost_below()
+            .max(self.local_seq_no + self.remote_mss)
+            .max(recovery.lost_floor)
+            .min(self.remote_last_seq)
+    }
+
+    /// Schedules a tail loss probe (RFC 8985 section 7.2) after new data was sent or an
+    /// ACK of new data arrived: without it, the loss of the last segments of a flight, or
+    /// of the ACK that covers them, leaves the sender idle until its retransmission
+    /// timeout, for there is nothing later to be acknowledged or SACKed.
+    ///
+    /// Unlike RFC 8985, this goes on during loss recovery: with a window of a few
+    /// segments, as under steady loss, a recovery often ends with its last ACK lost, and
+    /// nothing else would make the remote speak again before the timeout.
+    fn schedule_probe(&mut self, now: Instant) {
+        self.probe_at = None;
+        if !self.remote_has_sack || self.probe_outstanding || self.flight_size() == 0 {
+            return;
+        }
+        if !self.rtte.have_measurement {
+            // RFC 8985: a PTO of 1 s, which the retransmission timer, as long, makes moot.
+            return;
+        }
+        let srtt = Duration::from_millis(u64::from(self.rtte.srtt));
+        let pto = if self.flight_size() <= self.remote_mss {
+            // A lone segment's ACK may be delayed.
+            srtt * 2 + TLP_DELAYED_ACK
+        } else {
+            srtt * 2 + TLP_MARGIN
+        };
+        // The retransmission timer comes first otherwise.
+        if let Timer::Retransmit { expires_at } = self.timer
+            && now + pto >= expires_at
+        {
+            return;
+        }
+        self.probe_at = Some(now + pto);
+    }
+
+    /// Whether a tail loss probe is due now. Holes that recovery has yet to fill come
+    /// first.
+    fn probe_due(&self, now: Instant) -> bool {
+        self.probe_at.is_some_and(|at| at <= now)
+            && self.flight_size() > 0
+            && matches!(
+                self.state,
+                State::Established
+                    | State::FinWait1
+                    | State::Closing
+                    | State::CloseWait
+                    | State::LastAck
+            )
+    }
+
+    /// The retransmission loss recovery wants next (RFC 6675's NextSeg, rule 1): where
+    /// it starts, and how many octets of it the congestion window allows now, if at
+    /// least a segment's worth (`mss`) or the whole hole.
+    fn next_retransmission(&self, mss: usize) -> Option<(TcpSeqNumber, usize)> {
+        let recovery = self.recovery?;
+        let una = self.local_seq_no;
+        let hole = self.sack_scoreboard.next_hole(
+            recovery.high_rxt.max(una),
+            self.recovery_lost_below(recovery),
+            self.remote_last_seq,
+        )?;
+        let len = hole.end - hole.start;
+        let window = if hole.start == una && recovery.high_rxt <= una {
+            // The first unacknowledged segment goes at once, whatever the window:
+            // RFC 6675 (4.3) on entering recovery, RFC 6582 on a partial ACK, RFC 6298
+            // (5.4) on a timeout.
+            self.cwnd_remaining().max(mss)
+        } else {
+            self.cwnd_remaining()
+        };
+        let budget = window.min(len);
+        (budget > 0 && budget >= mss.min(len)).then_some((hole.start, budget))
     }
 
     /// Return the amount of octets queued in the receive buffer. This value can be larger than
@@ -2092,15 +2286,17 @@ impl<'a> Socket<'a> {
             // TODO: When flow control is implemented,
             // refractor the following block within that implementation
 
+            // RFC 2018: remember what the remote holds above the cumulative ACK.
+            let sacked_new = self.update_sack_scoreboard(ack_number, repr);
+
             match self.local_rx_last_ack {
-                // Duplicate ACK if payload empty and ACK doesn't move send window ->
-                // Increment duplicate ACK count, notify congestion controller and
-                // set for retransmit if we just received the third duplicate ACK
+                // A duplicate ACK acknowledges nothing new while data is outstanding, and
+                // either SACKs new data (RFC 6675) or carries neither data nor a window
+                // update (RFC 5681).
                 Some(last_rx_ack)
-                    if repr.payload.is_empty()
-                        && last_rx_ack == ack_number
+                    if last_rx_ack == ack_number
                         && ack_number < self.remote_last_seq
-                        && !is_window_update =>
+                        && (sacked_new || (repr.payload.is_empty() && !is_window_update)) =>
                 {
                     // Increment duplicate ACK count
                     self.local_rx_dup_acks = self.local_rx_dup_acks.saturating_add(1);
@@ -2116,18 +2312,17 @@ impl<'a> Socket<'a> {
                         }
                     );
 
-                    if self.local_rx_dup_acks == 3 {
-                        self.timer.set_for_fast_retransmit();
-                        net_debug!("started fast retransmit");
+                    // Without SACK information, each duplicate ACK stands for a segment
+                    // that left the network, and the congestion controller inflates its
+                    // window for it (NewReno). With SACK, the scoreboard accounts for it.
+                    if !self.remote_has_sack {
+                        let in_flight = self.flight_size();
+                        self.congestion_controller.inner_mut().on_dup_ack(
+                            cx.now(),
+                            self.remote_mss,
+                            in_flight,
+                        );
                     }
-
-                    // Notify of duplicate ACK
-                    let in_flight = self.flight_size();
-                    self.congestion_controller.inner_mut().on_dup_ack(
-                        cx.now(),
-                        self.remote_mss,
-                        in_flight,
-                    );
                 }
 
                 // No duplicate ACK means we reset the duplicate ACK count
@@ -2141,19 +2336,80 @@ impl<'a> Socket<'a> {
 
                     // Notify of fresh ACK
                     self.rtte.on_ack(cx.now(), ack_number);
-                    let new_flight_size = self.flight_size().saturating_sub(ack_len);
-                    self.congestion_controller.inner_mut().on_ack(
-                        cx.now(),
-                        ack_len,
-                        new_flight_size,
-                        &self.rtte,
-                    );
+                    match self.recovery {
+                        // A partial ACK during fast recovery: the window stays where
+                        // the loss put it until recovery ends (RFC 6675, RFC 6582).
+                        Some(recovery) if ack_number < recovery.point && !recovery.after_rto => {}
+                        _ => {
+                            if let Some(recovery) = self.recovery
+                                && ack_number >= recovery.point
+                            {
+                                self.recovery = None;
+                                net_debug!("loss recovery done");
+                            }
+                            let new_flight_size = self.flight_size().saturating_sub(ack_len);
+                            self.congestion_controller.inner_mut().on_ack(
+                                cx.now(),
+                                ack_len,
+                                new_flight_size,
+                                &self.rtte,
+                            );
+                        }
+                    }
                 }
             };
 
             // We've processed everything in the incoming segment, so advance the local
             // sequence number past it.
             self.local_seq_no = ack_number;
+
+            // Loss recovery starts after DupThresh duplicate ACKs, or as soon as the SACK
+            // information shows the first unacknowledged segment lost (RFC 6675 (5)), or
+            // shows a hole after a tail loss probe: the probe went a PTO after the rest,
+            // and what was sent before it and is not SACKed now is lost (RFC 8985's
+            // time-based reasoning, with the probe as the reference).
+            let probe_found_loss = self.probe_outstanding && !self.sack_scoreboard.is_empty();
+            if self.recovery.is_none()
+                && ack_number < self.remote_last_seq
+                && (usize::from(self.local_rx_dup_acks) >= DUP_THRESH
+                    || self.sack_lost_below() > ack_number
+                    || probe_found_loss)
+            {
+                let in_flight = self.flight_size();
+                self.congestion_controller
+                    .inner_mut()
+                    .on_loss(cx.now(), in_flight);
+                let lost_floor = match self.sack_scoreboard.highest() {
+                    Some(highest) if probe_found_loss => highest,
+                    _ => ack_number,
+                };
+                self.recovery = Some(Recovery {
+                    point: self.remote_last_seq,
+                    high_rxt: ack_number,
+                    lost_floor,
+                    after_rto: false,
+                    una_mark: None,
+                });
+                self.probe_at = None;
+                net_debug!("loss recovery until {}", self.remote_last_seq);
+            }
+
+            if let Some(recovery) = self.recovery.as_mut() {
+                if ack_len > 0 {
+                    // The new first unacknowledged segment: if it was retransmitted, when
+                    // is not known exactly, but not after now.
+                    recovery.una_mark =
+                        (recovery.high_rxt > ack_number).then_some(self.remote_last_seq);
+                }
+                if let (Some(mark), Some(highest)) =
+                    (recovery.una_mark, self.sack_scoreboard.highest())
+                    && highest > mark
+                {
+                    net_debug!("retransmission of {} lost, sending it again", ack_number);
+                    recovery.high_rxt = ack_number;
+                    recovery.una_mark = None;
+                }
+            }
 
             // During retransmission, if an earlier segment got lost but later was
             // successfully received, self.local_seq_no can move past self.remote_last_seq.
@@ -2172,7 +2428,7 @@ impl<'a> Socket<'a> {
 
         // update timers.
         match self.timer {
-            Timer::Retransmit { .. } | Timer::FastRetransmit => {
+            Timer::Retransmit { .. } => {
                 if ack_all {
                     // RFC 6298: (5.2) ACK of all outstanding data turn off the retransmit timer.
                     self.timer.set_for_idle(cx.now(), self.keep_alive);
@@ -2187,6 +2443,11 @@ impl<'a> Socket<'a> {
                 self.timer.set_for_idle(cx.now(), self.keep_alive);
             }
             _ => {}
+        }
+        if ack_len > 0 {
+            // New data acknowledged: the tail loss probe, if one went, has done its work.
+            self.probe_outstanding = false;
+            self.schedule_probe(cx.now());
         }
 
         // start/stop the Zero Window Probe timer.
@@ -2297,11 +2558,6 @@ impl<'a> Socket<'a> {
     }
 
     fn seq_to_transmit(&self, cx: &mut Context) -> bool {
-        // Fast retransmits should always send, even if later congestion checks would disallow
-        if self.pending_fast_retransmit && !self.tx_buffer.is_empty() {
-            return true;
-        }
-
         let ip_header_len = match self.tuple.unwrap().local.addr {
             #[cfg(feature = "proto-ipv4")]
             IpAddress::Ipv4(_) => crate::wire::IPV4_HEADER_LEN,
@@ -2318,6 +2574,11 @@ impl<'a> Socket<'a> {
 
         let local_mss = cx.ip_mtu() - ip_header_len - TCP_HEADER_LEN;
         let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
+
+        // Loss recovery has a hole to fill, or a tail loss probe is due.
+        if self.next_retransmission(effective_mss).is_some() || self.probe_due(cx.now()) {
+            return true;
+        }
 
         // Have we sent data that hasn't been ACKed yet?
         let data_in_flight = self.remote_last_seq != self.local_seq_no;
@@ -2472,8 +2733,7 @@ impl<'a> Socket<'a> {
             net_debug!("timeout exceeded");
             self.set_state(State::Closed);
         } else if self.timer.should_retransmit(cx.now()) {
-            if let Timer::Retransmit { .. } = self.timer {
-                // If a retransmit timer expired, we should resend data starting at the last ACK.
+            {
                 net_debug!("retransmitting after rto");
 
                 // Inform the congestion controller that we're retransmitting and should enter the slow start state
@@ -2482,24 +2742,30 @@ impl<'a> Socket<'a> {
                     .inner_mut()
                     .on_rto(cx.now(), in_flight);
 
-                // Rewind "last sequence number sent", as if we never
-                // had sent them. This will cause all data in the queue
-                // to be sent again.
-                self.remote_last_seq = self.local_seq_no;
+                // Everything sent and not SACKed is now deemed lost, and is sent again
+                // as the window opens (RFC 6675 (5.1)). A second timeout without the
+                // recovery completing may mean the remote discarded data it had SACKed
+                // (RFC 2018 allows it): then its SACK information goes too.
+                if matches!(self.state, State::SynSent | State::SynReceived) {
+                    // Rewind "last sequence number sent": the SYN goes again.
+                    self.remote_last_seq = self.local_seq_no;
+                } else {
+                    if self.recovery.is_some_and(|recovery| recovery.after_rto) {
+                        self.sack_scoreboard.clear();
+                    }
+                    self.recovery = Some(Recovery {
+                        point: self.remote_last_seq,
+                        high_rxt: self.local_seq_no,
+                        lost_floor: self.remote_last_seq,
+                        after_rto: true,
+                        una_mark: None,
+                    });
+                    self.probe_at = None;
+                    self.probe_outstanding = false;
+                }
 
                 // Inform RTTE, so that it can can handle RTO backoff
                 self.rtte.on_rto();
-            } else {
-                // If a fast rentrasmit timer expired, we should resend only the earliest unAcked segment
-                net_debug!("retransmitting for fast-retransmit");
-
-                // Inform the congestion controller that we're doing a fast retransmit and should enter the fast recovery state
-                let in_flight = self.flight_size();
-                self.congestion_controller
-                    .inner_mut()
-                    .on_loss(cx.now(), in_flight);
-
-                self.pending_fast_retransmit = true;
             }
 
             // Clear the `should_retransmit` state. If we can't retransmit right
@@ -2575,6 +2841,8 @@ impl<'a> Socket<'a> {
         };
 
         let mut is_zero_window_probe = false;
+        let mut retransmission = false;
+        let mut probe = false;
 
         #[cfg_attr(
             not(feature = "segmentation-offload"),
@@ -2631,14 +2899,52 @@ impl<'a> Socket<'a> {
                 let local_mss = cx.ip_mtu() - ip_repr.header_len() - TCP_HEADER_LEN;
                 let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
 
-                let offset = if self.pending_fast_retransmit {
-                    let size = effective_mss.min(self.tx_buffer.len());
-                    repr.seq_number = self.local_seq_no;
-                    repr.payload = self.tx_buffer.get_allocated(0, size);
+                // If the device supports its offload, segmentation to the MSS is handled
+                // by the device based on the metadata we provide.
+                #[cfg(not(feature = "segmentation-offload"))]
+                let device_limit = effective_mss;
 
-                    self.pending_fast_retransmit = false;
+                #[cfg(feature = "segmentation-offload")]
+                let device_limit = {
+                    let segmentation_caps = cx.segmentation_caps();
+                    match ip_repr.version() {
+                        #[cfg(feature = "proto-ipv4")]
+                        crate::wire::IpVersion::Ipv4 => segmentation_caps.tcpv4,
+                        #[cfg(feature = "proto-ipv6")]
+                        crate::wire::IpVersion::Ipv6 => segmentation_caps.tcpv6,
+                    }
+                    .map(|buf_size| {
+                        let pre_ip_header_len = cx.max_transmission_unit() - cx.ip_mtu();
+                        buf_size.get()
+                            - pre_ip_header_len
+                            - ip_repr.header_len()
+                            - TCP_HEADER_LEN
+                            - options_len
+                    })
+                    .unwrap_or(effective_mss)
+                };
 
-                    0
+                let offset = if let Some((seq, budget)) = self.next_retransmission(effective_mss) {
+                    // Loss recovery first: a hole the remote is missing.
+                    let offset = seq - self.local_seq_no;
+                    repr.seq_number = seq;
+                    repr.payload = self
+                        .tx_buffer
+                        .get_allocated(offset, budget.min(device_limit));
+                    retransmission = true;
+                    offset
+                } else if self.probe_due(cx.now()) {
+                    // A tail loss probe (RFC 8985 section 7.3): the last segment sent, again.
+                    // RFC 8985 prefers new data where there is some, but a receiver may delay
+                    // the ACK of a lone new segment by tens of milliseconds, while it
+                    // acknowledges a duplicate or out-of-order one at once.
+                    probe = true;
+                    retransmission = true;
+                    let end = self.tx_buffer.len().min(self.flight_size());
+                    let offset = end.saturating_sub(effective_mss);
+                    repr.seq_number = self.local_seq_no + offset;
+                    repr.payload = self.tx_buffer.get_allocated(offset, end - offset);
+                    offset
                 } else {
                     // Right edge of window, ie the max sequence number we're allowed to send.
                     let win_right_edge = self.local_seq_no + self.remote_win_len;
@@ -2666,34 +2972,6 @@ impl<'a> Socket<'a> {
                     // 2. congestion window
                     // 3. MSS the remote is willing to accept, probably determined by their MTU
                     // 4. MSS we can send, determined by our MTU.
-                    //
-                    // If the device supports its offload, segmentation that is needed
-                    // to comply with the latter two will be handled by the device based on the
-                    // metadata we provide.
-
-                    #[cfg(not(feature = "segmentation-offload"))]
-                    let device_limit = effective_mss;
-
-                    #[cfg(feature = "segmentation-offload")]
-                    let device_limit = {
-                        let segmentation_caps = cx.segmentation_caps();
-                        match ip_repr.version() {
-                            #[cfg(feature = "proto-ipv4")]
-                            crate::wire::IpVersion::Ipv4 => segmentation_caps.tcpv4,
-                            #[cfg(feature = "proto-ipv6")]
-                            crate::wire::IpVersion::Ipv6 => segmentation_caps.tcpv6,
-                        }
-                        .map(|buf_size| {
-                            let pre_ip_header_len = cx.max_transmission_unit() - cx.ip_mtu();
-                            buf_size.get()
-                                - pre_ip_header_len
-                                - ip_repr.header_len()
-                                - TCP_HEADER_LEN
-                                - options_len
-                        })
-                        .unwrap_or(effective_mss)
-                    };
-
                     let size = if is_zero_window_probe {
                         // Zero-window probes are exempt from the congestion window: they
                         // are sent precisely when normal transmission is impossible, and
@@ -2707,17 +2985,16 @@ impl<'a> Socket<'a> {
 
                     let offset = self.flight_size();
                     repr.payload = self.tx_buffer.get_allocated(offset, size);
-
-                    #[cfg(feature = "segmentation-offload")]
-                    if repr.payload.len() > effective_mss {
-                        packet_meta.segmentation_offload_size =
-                            core::num::NonZeroU16::try_from(u16::try_from(effective_mss).unwrap())
-                                .unwrap()
-                                .into();
-                    }
-
                     offset
                 };
+
+                #[cfg(feature = "segmentation-offload")]
+                if repr.payload.len() > effective_mss {
+                    packet_meta.segmentation_offload_size =
+                        core::num::NonZeroU16::try_from(u16::try_from(effective_mss).unwrap())
+                            .unwrap()
+                            .into();
+                }
 
                 // If we've sent everything we had in the buffer, follow it with the PSH or FIN
                 // flags, depending on whether the transmit half of the connection is open.
@@ -2827,6 +3104,25 @@ impl<'a> Socket<'a> {
         self.remote_last_ack = repr.ack_number;
         self.remote_last_win = repr.window_len;
 
+        if probe {
+            self.probe_at = None;
+            self.probe_outstanding = true;
+            if retransmission {
+                self.rtte.on_retransmit();
+            }
+        } else if retransmission && let Some(recovery) = self.recovery.as_mut() {
+            if repr.seq_number == self.local_seq_no {
+                recovery.una_mark = Some(self.remote_last_seq);
+            }
+            // A segment that occupies no sequence space would be offered again and
+            // again: move past it all the same.
+            recovery.high_rxt = recovery
+                .high_rxt
+                .max(repr.seq_number + repr.segment_len().max(1));
+            // Karn: an ACK of a retransmitted segment says nothing of the round trip.
+            self.rtte.on_retransmit();
+        }
+
         if repr.segment_len() > 0 {
             self.rtte
                 .on_send(cx.now(), repr.seq_number + repr.segment_len());
@@ -2841,6 +3137,10 @@ impl<'a> Socket<'a> {
             // so that it will expire after RTO seconds.
             let rto = self.rtte.retransmission_timeout();
             self.timer.set_for_retransmit(cx.now(), rto);
+        }
+
+        if repr.segment_len() > 0 && !probe {
+            self.schedule_probe(cx.now());
         }
 
         if self.state == State::Closed {
@@ -2893,10 +3193,20 @@ impl<'a> Socket<'a> {
             };
 
             // We wait for the earliest of our timers to fire.
-            *[self.timer.poll_at(), timeout_poll_at, delayed_ack_poll_at]
-                .iter()
-                .min()
-                .unwrap_or(&PollAt::Ingress)
+            let probe_poll_at = match self.probe_at {
+                Some(at) if self.probe_due(at) => PollAt::Time(at),
+                _ => PollAt::Ingress,
+            };
+
+            *[
+                self.timer.poll_at(),
+                timeout_poll_at,
+                delayed_ack_poll_at,
+                probe_poll_at,
+            ]
+            .iter()
+            .min()
+            .unwrap_or(&PollAt::Ingress)
         }
     }
 }
@@ -7283,6 +7593,486 @@ mod test {
             u8::MAX,
             "duplicate ACK count should not overflow but saturate"
         );
+    }
+
+    // =========================================================================================//
+    // Tests for loss recovery with SACK (RFC 6675), NewReno (RFC 6582) and after a timeout.
+    // =========================================================================================//
+
+    /// A SACK block covering the test sender's octets `from..to` (counted from its first
+    /// data octet).
+    fn sack_block(from: usize, to: usize) -> Option<(u32, u32)> {
+        Some((
+            (LOCAL_SEQ + 1 + from).0 as u32,
+            (LOCAL_SEQ + 1 + to).0 as u32,
+        ))
+    }
+
+    /// An established socket whose remote takes SACK, with eight 4-octet segments of
+    /// `data` sent.
+    fn socket_with_eight_segments_in_flight(data: &[u8; 32], sack: bool) -> TestSocket {
+        let mut s = socket_established();
+        s.set_congestion_control(CongestionControl::None);
+        s.remote_has_sack = sack;
+        s.remote_mss = 4;
+        // The remote's window, known from an ACK: later ACKs are not window updates.
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            ..SEND_TEMPL
+        });
+        s.send_slice(data).unwrap();
+        for i in 0..8 {
+            recv!(s, time 1000, Ok(TcpRepr {
+                seq_number: LOCAL_SEQ + 1 + 4 * i,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload:    &data[4 * i..4 * i + 4],
+                ..RECV_TEMPL
+            }));
+        }
+        recv_nothing!(s, time 1000);
+        s
+    }
+
+    #[test]
+    fn test_sack_recovery_retransmits_only_the_holes() {
+        let data = b"AAAABBBBCCCCDDDDEEEEFFFFGGGGHHHH";
+        let mut s = socket_with_eight_segments_in_flight(data, true);
+        let dup_ack = |sack_ranges| TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges,
+            ..SEND_TEMPL
+        };
+
+        // A and D are lost. B and C arrive: not enough SACKed above A to call it lost.
+        send!(s, time 1010, dup_ack([sack_block(4, 12), None, None]));
+        assert_eq!(s.recovery, None);
+        recv_nothing!(s, time 1010);
+
+        // E and F arrive: more than two segments' worth is SACKed above A, so A is lost
+        // (RFC 6675's IsLost) after two duplicate ACKs. D is not lost yet: only E and F,
+        // two segments, are SACKed above it.
+        send!(s, time 1020, dup_ack([sack_block(16, 24), sack_block(4, 12), None]));
+        assert!(s.recovery.is_some());
+        // In the network: D, G and H; not A (lost), nor B, C, E, F (SACKed).
+        assert_eq!(s.pipe(), 12);
+        recv!(s, time 1020, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[0..4],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 1020);
+        assert_eq!(s.pipe(), 16);
+
+        // G and H arrive: D is lost now, and is the only other retransmission.
+        send!(s, time 1030, dup_ack([sack_block(16, 32), sack_block(4, 12), None]));
+        recv!(s, time 1030, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 12,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[12..16],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 1030);
+
+        // The retransmitted A arrives: a partial ACK, recovery goes on, nothing to send.
+        send!(s, time 1040, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 12),
+            sack_ranges: [sack_block(16, 32), None, None],
+            ..SEND_TEMPL
+        });
+        assert!(s.recovery.is_some());
+        recv_nothing!(s, time 1040);
+
+        // D arrives: everything is acknowledged, recovery is over.
+        send!(s, time 1050, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 32),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recovery, None);
+        assert!(s.sack_scoreboard.is_empty());
+        recv_nothing!(s, time 1050);
+    }
+
+    /// Segments the socket sends now, as (offset from its first data octet, length).
+    fn drain(s: &mut TestSocket) -> Vec<(usize, usize)> {
+        let mut sent = Vec::new();
+        loop {
+            let mut got = None;
+            s.socket
+                .dispatch(&mut s.cx, |_, _, (_, repr)| {
+                    got = Some((repr.seq_number - (LOCAL_SEQ + 1), repr.payload.len()));
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+            match got {
+                Some(segment) if segment.1 > 0 => sent.push(segment),
+                _ => return sent,
+            }
+        }
+    }
+
+    #[test]
+    #[cfg(feature = "socket-tcp-reno")]
+    fn test_sack_recovery_sends_new_data_as_sacked_data_leaves_the_network() {
+        let mut s = socket_established_with_buffer_sizes(2048, 64);
+        s.set_congestion_control(CongestionControl::Reno);
+        s.remote_has_sack = true;
+        s.remote_mss = 4;
+        s.congestion_controller.inner_mut().set_mss(4);
+        s.remote_win_len = 1024;
+        s.send_slice(&[0xa5; 2048]).unwrap();
+        // The remote's window limits the first flight.
+        let sent = drain(&mut s);
+        assert_eq!(sent.len(), 256);
+        assert_eq!(sent.last(), Some(&(1020, 4)));
+
+        // The first segment is lost, the next 149 arrive, and the remote's window grows.
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                window_len: 2048,
+                sack_ranges: [sack_block(4, 600), None, None],
+                ..SEND_TEMPL
+            }
+        );
+        assert!(s.recovery.is_some());
+        let cwnd = s.congestion_controller.inner().window();
+        assert!(cwnd < 1024, "the loss reduced the window");
+        // The hole goes first, then new data: the SACKed octets are not counted as in
+        // flight, so the reduced window has room.
+        let sent = drain(&mut s);
+        assert_eq!(sent[0], (0, 4));
+        assert!(sent.len() > 1, "new data flows during recovery");
+        for (i, segment) in sent[1..].iter().enumerate() {
+            assert_eq!(*segment, (1024 + 4 * i, 4), "new data, in order");
+        }
+        assert!(
+            s.pipe() <= cwnd && s.pipe() + 4 > cwnd,
+            "pipe {} fills the window {}",
+            s.pipe(),
+            cwnd
+        );
+    }
+
+    #[test]
+    fn test_newreno_recovery_retransmits_at_each_partial_ack() {
+        let data = b"AAAABBBBCCCCDDDDEEEEFFFFGGGGHHHH";
+        let mut s = socket_with_eight_segments_in_flight(data, false);
+        // A and C are lost: three duplicate ACKs for A.
+        for time in [1010, 1011, 1012] {
+            send!(s, time time, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                ..SEND_TEMPL
+            });
+        }
+        recv!(s, time 1020, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[0..4],
+            ..RECV_TEMPL
+        }]);
+        // A partial ACK up to C: C goes at once, without waiting for three more
+        // duplicate ACKs or the retransmission timer.
+        send!(s, time 1030, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 8),
+            ..SEND_TEMPL
+        });
+        recv!(s, time 1030, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 8,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[8..12],
+            ..RECV_TEMPL
+        }]);
+        send!(s, time 1040, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 32),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recovery, None);
+        recv_nothing!(s, time 1040);
+    }
+
+    #[test]
+    fn test_rto_resends_only_what_was_not_sacked() {
+        let data = b"AAAABBBBCCCCDDDDEEEEFFFFGGGGHHHH";
+        let mut s = socket_with_eight_segments_in_flight(data, true);
+        // Only B and C arrive; the ACK clock stops.
+        send!(s, time 1010, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: [sack_block(4, 12), None, None],
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 1010);
+        // The timeout (1 s before any round trip is measured): A, then D to H, never
+        // B and C again.
+        recv!(s, time 2000, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[0..4],
+            ..RECV_TEMPL
+        }));
+        for i in 3..8 {
+            recv!(s, time 2000, Ok(TcpRepr {
+                seq_number: LOCAL_SEQ + 1 + 4 * i,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload:    &data[4 * i..4 * i + 4],
+                ..RECV_TEMPL
+            }));
+        }
+        recv_nothing!(s, time 2000);
+        send!(s, time 2010, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 32),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recovery, None);
+        recv_nothing!(s, time 2010);
+    }
+
+    #[test]
+    fn test_second_rto_forgets_sack_information() {
+        let data = b"AAAABBBBCCCCDDDDEEEEFFFFGGGGHHHH";
+        let mut s = socket_with_eight_segments_in_flight(data, true);
+        send!(s, time 1010, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: [sack_block(4, 32), None, None],
+            ..SEND_TEMPL
+        });
+        recv!(s, time 2000, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[0..4],
+            ..RECV_TEMPL
+        }]);
+        // No reply at all: the remote may have discarded what it SACKed, so the second
+        // timeout sends everything again.
+        for i in 0..8 {
+            recv!(s, time 4000, Ok(TcpRepr {
+                seq_number: LOCAL_SEQ + 1 + 4 * i,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload:    &data[4 * i..4 * i + 4],
+                ..RECV_TEMPL
+            }));
+        }
+        recv_nothing!(s, time 4000);
+    }
+
+    #[test]
+    fn test_tail_loss_probe_finds_a_lost_ack() {
+        let data = b"AAAABBBBCCCCDDDDEEEEFFFFGGGGHHHH";
+        let mut s = socket_established();
+        s.set_congestion_control(CongestionControl::None);
+        s.remote_has_sack = true;
+        s.remote_mss = 4;
+        // A round trip of 5 ms measured: the probe waits 12 ms, the timer 1 s.
+        s.rtte.sample(5);
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            ..SEND_TEMPL
+        });
+        s.send_slice(data).unwrap();
+        for i in 0..8 {
+            recv!(s, time 1000, Ok(TcpRepr {
+                seq_number: LOCAL_SEQ + 1 + 4 * i,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload:    &data[4 * i..4 * i + 4],
+                ..RECV_TEMPL
+            }));
+        }
+        recv_nothing!(s, time 1000);
+        assert_eq!(
+            s.socket.poll_at(&mut s.cx),
+            PollAt::Time(Instant::from_millis(1012))
+        );
+        recv_nothing!(s, time 1011);
+        // The ACK of everything was lost: the probe sends the last segment again...
+        recv!(s, time 1012, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 28,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[28..32],
+            ..RECV_TEMPL
+        }]);
+        // ...one probe only...
+        recv_nothing!(s, time 1100);
+        // ...and its ACK acknowledges everything.
+        send!(s, time 1101, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 32),
+            sack_ranges: [sack_block(28, 32), None, None],
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recovery, None);
+        assert_eq!(s.probe_at, None);
+        recv_nothing!(s, time 5000);
+    }
+
+    #[test]
+    fn test_tail_loss_probe_finds_lost_segments() {
+        let data = b"AAAABBBBCCCCDDDDEEEEFFFFGGGGHHHH";
+        let mut s = socket_with_eight_segments_in_flight(data, true);
+        s.rtte.sample(5);
+        // A to E arrive; F, G and H are lost. The ACK schedules a probe.
+        send!(s, time 1005, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 20),
+            ..SEND_TEMPL
+        });
+        recv!(s, time 1017, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 28,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[28..32],
+            ..RECV_TEMPL
+        }]);
+        // H arrives and is SACKed: F and G, sent before the probe, are lost, though
+        // only one segment is SACKed above them.
+        send!(s, time 1020, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 20),
+            sack_ranges: [sack_block(28, 32), None, None],
+            ..SEND_TEMPL
+        });
+        assert!(s.recovery.is_some());
+        recv!(s, time 1020, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 20,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[20..24],
+            ..RECV_TEMPL
+        }, TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 24,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[24..28],
+            ..RECV_TEMPL
+        }]);
+        send!(s, time 1030, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 32),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recovery, None);
+        recv_nothing!(s, time 5000);
+    }
+
+    #[test]
+    fn test_no_tail_loss_probe_without_sack() {
+        let data = b"AAAABBBBCCCCDDDDEEEEFFFFGGGGHHHH";
+        let mut s = socket_with_eight_segments_in_flight(data, false);
+        s.rtte.sample(5);
+        send!(s, time 1005, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 20),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.probe_at, None);
+        recv_nothing!(s, time 1500);
+    }
+
+    #[test]
+    fn test_lost_retransmission_is_sent_again() {
+        let data = b"AAAABBBBCCCCDDDDEEEEFFFFGGGGHHHH";
+        let mut s = socket_with_eight_segments_in_flight(data, true);
+        // A is lost, B to H arrive: recovery sends A again.
+        send!(s, time 1010, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: [sack_block(4, 32), None, None],
+            ..SEND_TEMPL
+        });
+        recv!(s, time 1010, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[0..4],
+            ..RECV_TEMPL
+        }]);
+        // New data goes after the retransmission...
+        s.send_slice(b"IIII").unwrap();
+        recv!(s, time 1011, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 32,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"IIII"[..],
+            ..RECV_TEMPL
+        }]);
+        // ...and arrives, but the retransmitted A does not: A goes a third time, long
+        // before the retransmission timer.
+        send!(s, time 1020, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: [sack_block(4, 36), None, None],
+            ..SEND_TEMPL
+        });
+        recv!(s, time 1020, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[0..4],
+            ..RECV_TEMPL
+        }]);
+        send!(s, time 1030, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 36),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recovery, None);
+        recv_nothing!(s, time 5000);
+    }
+
+    #[test]
+    fn test_tail_loss_probe_during_recovery() {
+        let data = b"AAAABBBBCCCCDDDDEEEEFFFFGGGGHHHH";
+        let mut s = socket_with_eight_segments_in_flight(data, true);
+        s.rtte.sample(5);
+        send!(s, time 1010, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: [sack_block(4, 32), None, None],
+            ..SEND_TEMPL
+        });
+        recv!(s, time 1010, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[0..4],
+            ..RECV_TEMPL
+        }]);
+        // The ACK of everything is lost: a probe, not the retransmission timer, makes
+        // the remote speak again.
+        recv!(s, time 1022, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 28,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[28..32],
+            ..RECV_TEMPL
+        }]);
+        send!(s, time 1025, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 32),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recovery, None);
+        recv_nothing!(s, time 5000);
+    }
+
+    #[test]
+    fn test_min_rto() {
+        let mut s = socket_established();
+        assert_eq!(s.min_rto(), Duration::from_millis(1000));
+        s.rtte.sample(10);
+        assert_eq!(s.rtte.retransmission_timeout(), Duration::from_millis(1000));
+        s.set_min_rto(Duration::from_millis(200));
+        s.rtte.sample(10);
+        assert_eq!(s.rtte.retransmission_timeout(), Duration::from_millis(200));
+        // A setting of the socket: a new connection keeps it.
+        s.reset();
+        assert_eq!(s.min_rto(), Duration::from_millis(200));
+        s.rtte.sample(10);
+        assert_eq!(s.rtte.retransmission_timeout(), Duration::from_millis(200));
     }
 
     #[test]

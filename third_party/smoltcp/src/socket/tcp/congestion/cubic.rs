@@ -78,7 +78,11 @@ impl Controller for Cubic {
     }
 
     fn on_ack(&mut self, now: Instant, len: usize, in_flight: usize, rtt: &RttEstimator) {
-        let segment = len.min(self.mss);
+        // Appropriate Byte Counting (RFC 3465): the window grows with the octets an ACK
+        // acknowledges, not by one segment per ACK. Receivers that coalesce segments
+        // (GRO, LRO) acknowledge tens of them at once, and a per-ACK count would grow the
+        // window by a segment per round trip in slow start.
+        let segment = len;
 
         self.absorb_idle(now);
 
@@ -104,7 +108,7 @@ impl Controller for Cubic {
             self.w_est = self.cwnd as f64;
             return;
         } else if self.cwnd < self.ssthresh {
-            // Slow start: increase `cwnd` by 1 MSS per ACK.
+            // Slow start: increase `cwnd` by the octets acknowledged.
             self.cwnd = self
                 .cwnd
                 .saturating_add(segment)
@@ -480,13 +484,14 @@ mod test {
         assert_eq!(cubic.recovery_start, None);
         assert_eq!(cubic.w_max, w_max_before_rto);
 
-        // slow start grows by at most the MSS per ack
+        // slow start grows by the octets an ACK acknowledges, even several segments'
+        // worth (RFC 3465 without its limit, as Linux does)
         let initial_cwnd = cubic.window();
-        for i in 0..10 {
+        for i in 0..5 {
             let initial_cwnd = cubic.window();
             let now = Instant::from_millis(i);
             ack(&mut cubic, MSS * 2, now);
-            assert_eq!(cubic.window(), initial_cwnd + MSS);
+            assert_eq!(cubic.window(), initial_cwnd + MSS * 2);
         }
         assert_eq!(cubic.window(), initial_cwnd + MSS * 10);
 

@@ -56,12 +56,15 @@ impl Controller for Reno {
             return;
         }
 
+        // Appropriate Byte Counting (RFC 3465): the window grows with the octets an ACK
+        // acknowledges, not by one segment per ACK, which receivers that coalesce
+        // segments (GRO, LRO) and acknowledge tens at once would slow to a crawl.
         let inc = if self.cwnd < self.ssthresh {
-            // Slow start: increase `cwnd` by 1 MSS per ACK.
-            len.min(self.mss)
+            // Slow start: increase `cwnd` by the octets acknowledged.
+            len
         } else {
             // Congestion avoidance: increase by ~1 MSS per RTT.
-            (self.mss * self.mss / self.cwnd).max(1)
+            (self.mss * len / self.cwnd).max(1)
         };
 
         self.cwnd = self.cwnd.saturating_add(inc).min(self.rwnd).max(self.mss);
@@ -211,13 +214,14 @@ mod test {
         assert_eq!(reno.ssthresh, inflight / 2);
         assert_eq!(reno.window(), MSS);
 
-        // slow start grows by at most the MSS per ack
+        // slow start grows by the octets an ACK acknowledges, even several segments'
+        // worth (RFC 3465 without its limit, as Linux does)
         let initial_cwnd = reno.window();
-        for i in 0..10 {
+        for i in 0..5 {
             let initial_cwnd = reno.window();
             let now = Instant::from_millis(i);
             ack(&mut reno, MSS * 2, now);
-            assert_eq!(reno.window(), initial_cwnd + MSS);
+            assert_eq!(reno.window(), initial_cwnd + MSS * 2);
         }
         assert_eq!(reno.window(), initial_cwnd + MSS * 10);
 
