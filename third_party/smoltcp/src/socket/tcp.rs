@@ -179,6 +179,13 @@ struct RttEstimator {
     rto_count: u8,
     /// The floor of the computed RTO, in milliseconds.
     min_rto: u32,
+    /// Whether `srtt_us` holds a measurement, even one that `have_measurement` no longer
+    /// trusts for the RTO after repeated timeouts: a tail loss probe still needs a guess
+    /// of the round trip, and a stale one beats none.
+    srtt_known: bool,
+    /// The smoothed RTT in microseconds, for the tail loss probe: on a LAN or a machine's
+    /// own namespaces the round trip is well under the millisecond of `srtt`.
+    srtt_us: u32,
 }
 
 impl Default for RttEstimator {
@@ -192,6 +199,8 @@ impl Default for RttEstimator {
             max_seq_sent: None,
             rto_count: 0,
             min_rto: RTTE_MIN_RTO,
+            srtt_known: false,
+            srtt_us: 0,
         }
     }
 }
@@ -206,7 +215,20 @@ impl RttEstimator {
         if self.have_measurement { self.srtt } else { 0 }
     }
 
+    /// A round trip measured, in milliseconds.
+    #[cfg(test)]
     fn sample(&mut self, new_rtt: u32) {
+        self.sample_us(new_rtt.saturating_mul(1000));
+    }
+
+    /// A round trip measured, in microseconds.
+    fn sample_us(&mut self, new_rtt_us: u32) {
+        self.srtt_us = if self.srtt_known {
+            ((u64::from(self.srtt_us) * 7 + u64::from(new_rtt_us)) / 8) as u32
+        } else {
+            new_rtt_us
+        };
+        let new_rtt = new_rtt_us / 1000;
         if self.have_measurement {
             // RFC 6298 (2.3) When a subsequent RTT measurement R' is made, a host MUST set (...)
             let diff = (self.srtt as i32 - new_rtt as i32).unsigned_abs();
@@ -215,6 +237,7 @@ impl RttEstimator {
         } else {
             // RFC 6298 (2.2) When the first RTT measurement R is made, the host MUST set (...)
             self.have_measurement = true;
+            self.srtt_known = true;
             self.srtt = new_rtt;
             self.rttvar = new_rtt / 2;
         }
@@ -252,7 +275,8 @@ impl RttEstimator {
         if let Some((sent_timestamp, sent_seq)) = self.timestamp
             && seq >= sent_seq
         {
-            self.sample((timestamp - sent_timestamp).total_millis() as u32);
+            let rtt = (timestamp - sent_timestamp).total_micros();
+            self.sample_us(rtt.min(u64::from(u32::MAX)) as u32);
             self.timestamp = None;
         }
     }
@@ -524,8 +548,8 @@ pub struct Socket<'a> {
     recovery: Option<Recovery>,
     /// When to send a tail loss probe (RFC 8985 section 7), if one is scheduled.
     probe_at: Option<Instant>,
-    /// A tail loss probe went and no ACK of new data has arrived since.
-    probe_outstanding: bool,
+    /// Tail loss probes sent since the last ACK of new data.
+    probes_sent: u8,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -563,6 +587,9 @@ const DEFAULT_MSS: usize = 536;
 /// Added to twice the smoothed round trip to make the wait before a tail loss probe, as
 /// Linux does: round trips measured in whole milliseconds can be 0.
 const TLP_MARGIN: Duration = Duration::from_millis(2);
+
+/// Tail loss probes sent before the retransmission timer is left to act.
+const TLP_MAX_PROBES: u8 = 2;
 
 /// RFC 8985's WCDelAckT: how long a receiver may delay the ACK of a lone segment.
 const TLP_DELAYED_ACK: Duration = Duration::from_millis(200);
@@ -654,7 +681,7 @@ impl<'a> Socket<'a> {
             sack_scoreboard: Scoreboard::default(),
             recovery: None,
             probe_at: None,
-            probe_outstanding: false,
+            probes_sent: 0,
             ack_delay: Some(ACK_DELAY_DEFAULT),
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
@@ -988,7 +1015,7 @@ impl<'a> Socket<'a> {
         self.sack_scoreboard.clear();
         self.recovery = None;
         self.probe_at = None;
-        self.probe_outstanding = false;
+        self.probes_sent = 0;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
 
@@ -1534,23 +1561,27 @@ impl<'a> Socket<'a> {
     ///
     /// Unlike RFC 8985, this goes on during loss recovery: with a window of a few
     /// segments, as under steady loss, a recovery often ends with its last ACK lost, and
-    /// nothing else would make the remote speak again before the timeout.
+    /// nothing else would make the remote speak again before the timeout. And a second
+    /// probe follows the first, after twice the wait, if it too goes unanswered: where a
+    /// flight is one burst that the remote acknowledges at once, the loss of the probe or
+    /// its ACK is as likely as that of the ACK before it, and the timeout costs hundreds
+    /// of round trips.
     fn schedule_probe(&mut self, now: Instant) {
         self.probe_at = None;
-        if !self.remote_has_sack || self.probe_outstanding || self.flight_size() == 0 {
+        if !self.remote_has_sack || self.probes_sent >= TLP_MAX_PROBES || self.flight_size() == 0 {
             return;
         }
-        if !self.rtte.have_measurement {
+        if !self.rtte.srtt_known {
             // RFC 8985: a PTO of 1 s, which the retransmission timer, as long, makes moot.
             return;
         }
-        let srtt = Duration::from_millis(u64::from(self.rtte.srtt));
+        let srtt = Duration::from_micros(u64::from(self.rtte.srtt_us));
         let pto = if self.flight_size() <= self.remote_mss {
             // A lone segment's ACK may be delayed.
             srtt * 2 + TLP_DELAYED_ACK
         } else {
             srtt * 2 + TLP_MARGIN
-        };
+        } * (1 << self.probes_sent);
         // The retransmission timer comes first otherwise.
         if let Timer::Retransmit { expires_at } = self.timer
             && now + pto >= expires_at
@@ -2368,7 +2399,7 @@ impl<'a> Socket<'a> {
             // shows a hole after a tail loss probe: the probe went a PTO after the rest,
             // and what was sent before it and is not SACKed now is lost (RFC 8985's
             // time-based reasoning, with the probe as the reference).
-            let probe_found_loss = self.probe_outstanding && !self.sack_scoreboard.is_empty();
+            let probe_found_loss = self.probes_sent > 0 && !self.sack_scoreboard.is_empty();
             if self.recovery.is_none()
                 && ack_number < self.remote_last_seq
                 && (usize::from(self.local_rx_dup_acks) >= DUP_THRESH
@@ -2446,7 +2477,7 @@ impl<'a> Socket<'a> {
         }
         if ack_len > 0 {
             // New data acknowledged: the tail loss probe, if one went, has done its work.
-            self.probe_outstanding = false;
+            self.probes_sent = 0;
             self.schedule_probe(cx.now());
         }
 
@@ -2761,7 +2792,7 @@ impl<'a> Socket<'a> {
                         una_mark: None,
                     });
                     self.probe_at = None;
-                    self.probe_outstanding = false;
+                    self.probes_sent = 0;
                 }
 
                 // Inform RTTE, so that it can can handle RTO backoff
@@ -3105,11 +3136,8 @@ impl<'a> Socket<'a> {
         self.remote_last_win = repr.window_len;
 
         if probe {
-            self.probe_at = None;
-            self.probe_outstanding = true;
-            if retransmission {
-                self.rtte.on_retransmit();
-            }
+            self.probes_sent += 1;
+            self.rtte.on_retransmit();
         } else if retransmission && let Some(recovery) = self.recovery.as_mut() {
             if repr.seq_number == self.local_seq_no {
                 recovery.una_mark = Some(self.remote_last_seq);
@@ -3139,7 +3167,8 @@ impl<'a> Socket<'a> {
             self.timer.set_for_retransmit(cx.now(), rto);
         }
 
-        if repr.segment_len() > 0 && !probe {
+        if repr.segment_len() > 0 {
+            // After a probe too: the next one, if any, waits twice as long.
             self.schedule_probe(cx.now());
         }
 
@@ -7903,7 +7932,14 @@ mod test {
             payload:    &data[28..32],
             ..RECV_TEMPL
         }]);
-        // ...one probe only...
+        // ...and again after twice the wait if nothing comes back, and no more...
+        recv_nothing!(s, time 1035);
+        recv!(s, time 1036, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 28,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &data[28..32],
+            ..RECV_TEMPL
+        }]);
         recv_nothing!(s, time 1100);
         // ...and its ACK acknowledges everything.
         send!(s, time 1101, TcpRepr {
