@@ -18,7 +18,8 @@
 # to A, their total and Jain's fairness index over the flows' bytes); loss (as stream, with
 # LOSS_PERMILLE of the tunnel's datagrams dropped both ways by an nftables rule in B: how
 # each TCP recovers). The request/response client and server are python3's, the same
-# through both paths.
+# through both paths. stream and loss also run the TUN path with the kernel's TCP on CUBIC
+# (tun-cubic), the stack's algorithm, beside the kernel's default (tun).
 set -euo pipefail
 source "$(dirname "$0")/../tests/interop/lib.sh"
 DURATION=${1:-5}
@@ -160,6 +161,8 @@ EOF
 run() {
     local path=$1 dir=$2 cmd out d0 d1 m0 m1 t0 t1
     cmd=(iperf3 -c "$IN_B" -p 5201 -t "$DURATION" -J $dir)
+    # iperf3 sets the sender's congestion control, the server's too with -R.
+    [[ $path == tun-cubic ]] && cmd+=(-C cubic)
     [[ $path == stack ]] && cmd=("$ORDO" run -c "$CONF" -- "${cmd[@]}")
     d0=$(daemon_ticks)
     read -r m0 t0 < <(machine_ticks)
@@ -242,19 +245,24 @@ fi
 if [[ $KIND == loss ]]; then
     echo "With $LOSS_PERMILLE per mille of the tunnel's datagrams dropped each way:"
 fi
+# The stack's TCP runs CUBIC; the kernel's, on the TUN path, its default (tun) and CUBIC
+# (tun-cubic): under random loss a loss-based algorithm and one that is not (BBR) differ more
+# than any two implementations of one.
+echo "The kernel's default congestion control: $(sysctl -n net.ipv4.tcp_congestion_control); the stack's: cubic."
+PATHS="stack tun tun-cubic"
 echo "| path | direction | Gbit/s (median of $RUNS) | A's processes, cores per Gbit/s | machine, cores per Gbit/s | runs (Gbit/s) |"
 echo "|---|---|---|---|---|---|"
 declare -A RESULTS
 for dir in "" -R; do
     for r in $(seq "$RUNS"); do
-        for path in stack tun; do
+        for path in $PATHS; do
             line=$(run "$path" "$dir")
             RESULTS["$path$dir"]+="$line;"
         done
     done
 done
 for dir in "" -R; do
-    for path in stack tun; do
+    for path in $PATHS; do
         python3 - "$path" "${dir:-(A to B)}" "${RESULTS[$path$dir]}" <<'EOF'
 import statistics, sys
 path, direction, runs = sys.argv[1], sys.argv[2], [r.split() for r in sys.argv[3].split(";") if r]
