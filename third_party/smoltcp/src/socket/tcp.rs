@@ -8096,6 +8096,32 @@ mod test {
     }
 
     #[test]
+    fn test_reordering_is_not_loss() {
+        let data = b"AAAABBBBCCCCDDDDEEEEFFFFGGGGHHHH";
+        let mut s = socket_with_eight_segments_in_flight(data, true);
+        // A arrives after B and C: two segments SACKed above it, two duplicate ACKs,
+        // neither enough to call it lost (RFC 6675's DupThresh of 3).
+        for (time, to) in [(1010, 8), (1011, 12)] {
+            send!(s, time time, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                sack_ranges: [sack_block(4, to), None, None],
+                ..SEND_TEMPL
+            });
+            assert_eq!(s.recovery, None);
+            recv_nothing!(s, time time);
+        }
+        send!(s, time 1012, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 12),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recovery, None);
+        assert!(s.sack_scoreboard.is_empty());
+        recv_nothing!(s, time 1012);
+    }
+
+    #[test]
     fn test_min_rto() {
         let mut s = socket_established();
         assert_eq!(s.min_rto(), Duration::from_millis(1000));
