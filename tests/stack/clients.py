@@ -79,6 +79,15 @@ async def with_asyncio():
     return body(data)
 
 
+def with_destinations():
+    # sendto and sendmsg with the connected peer's address, as the kernel's TCP takes them
+    # (it ignores the address; a Unix stream socket would refuse it with EISCONN).
+    s = socket.create_connection(B, timeout=10)
+    s.sendto(REQ[:10], B)
+    s.sendmsg([REQ[10:]], [], 0, B)
+    return read_all_blocking(s)
+
+
 def forked_child():
     s = socket.create_connection(B, timeout=10)
     pid = os.fork()
@@ -92,6 +101,7 @@ def forked_child():
 
 for name, f in [
     ("blocking", blocking),
+    ("destinations", with_destinations),
     ("selectors", with_selectors),
     ("epoll_before_connect", epoll_before_connect),
     ("asyncio", lambda: asyncio.run(with_asyncio())),

@@ -579,34 +579,52 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mu
     r
 }
 
-/// Whether a send on `fd` to the destination `addr` must fail, and with which errno:
-/// ENETUNREACH for a tunnel destination from a socket that is not connected through the
-/// tunnel (unconnected UDP is not carried yet: it fails closed, never leaving by the
-/// kernel's route); EISCONN for a tunnel UDP socket given another destination than its
-/// remote (the kernel would send there; the stand-in reaches its remote only, and ignores
-/// the destination it is given, so it must not be handed one it would misdirect).
+/// What a send with a destination does on a descriptor.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Destination {
+    /// Handed to the C library as it is.
+    Kernel,
+    /// Fails with this errno: ENETUNREACH for a tunnel destination from a socket that is
+    /// not connected through the tunnel (unconnected UDP is not carried yet: it fails
+    /// closed, never leaving by the kernel's route); EISCONN for a tunnel UDP socket given
+    /// another destination than its remote (the kernel would send there; the stand-in
+    /// reaches its remote only, so it must not be handed one it would misdirect).
+    Refused(c_int),
+    /// Left out: a tunnel TCP socket is connected, and the kernel's TCP ignores a
+    /// destination given to it, where the Unix stream socket standing in for it fails
+    /// with EISCONN.
+    Dropped,
+}
+
+/// What a send on `fd` to the destination `addr` does.
 ///
 /// # Safety
 /// `addr` is null or points to `len` readable bytes.
-unsafe fn refused_destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Option<c_int> {
-    let s = settings()?;
+unsafe fn destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Destination {
+    let Some(s) = settings() else {
+        return Destination::Kernel;
+    };
     // SAFETY: the caller's contract.
-    let dest = addr::unmapped(unsafe { addr::read(addr, len) }?);
+    let Some(dest) = (unsafe { addr::read(addr, len) }).map(addr::unmapped) else {
+        return Destination::Kernel;
+    };
     let to_tunnel = ordo_attach::through_tunnel(&s.routes, dest.ip());
     if !to_tunnel && !sockets::any_datagram() {
         // Neither a tunnel destination nor a tunnel UDP socket that could be misdirected:
         // the kernel's, without a look-up.
-        return None;
+        return Destination::Kernel;
     }
     match tunnel_socket(fd) {
-        Some(t) if t.datagram => (t.remote != Some(dest)).then_some(libc::EISCONN),
-        // A connected TCP socket ignores a destination, as the kernel's does.
-        Some(_) => None,
-        None => to_tunnel.then_some(libc::ENETUNREACH),
+        Some(t) if t.datagram && t.remote != Some(dest) => Destination::Refused(libc::EISCONN),
+        // A Unix seqpacket socket ignores a destination itself.
+        Some(t) if t.datagram => Destination::Kernel,
+        Some(_) => Destination::Dropped,
+        None if to_tunnel => Destination::Refused(libc::ENETUNREACH),
+        None => Destination::Kernel,
     }
 }
 
-/// sendto(2): see [`refused_destination`]; everything else is the C library's.
+/// sendto(2): see [`destination`]; everything else is the C library's.
 ///
 /// # Safety
 /// As sendto(2).
@@ -620,12 +638,16 @@ pub unsafe extern "C" fn sendto(
     addr_len: socklen_t,
 ) -> libc::ssize_t {
     // SAFETY: the caller's address, as sendto(2) promises it.
-    if let Some(errno) = unsafe { refused_destination(fd, addr, addr_len) } {
-        set_errno(errno);
-        return -1;
+    match unsafe { destination(fd, addr, addr_len) } {
+        Destination::Refused(errno) => {
+            set_errno(errno);
+            -1
+        }
+        // SAFETY: the caller's buffer, without the destination.
+        Destination::Dropped => unsafe { real::sendto(fd, buf, len, flags, std::ptr::null(), 0) },
+        // SAFETY: the caller's arguments, unchanged.
+        Destination::Kernel => unsafe { real::sendto(fd, buf, len, flags, addr, addr_len) },
     }
-    // SAFETY: the caller's arguments, unchanged.
-    unsafe { real::sendto(fd, buf, len, flags, addr, addr_len) }
 }
 
 /// sendmsg(2): as [`sendto`], for the message's destination.
@@ -636,9 +658,20 @@ pub unsafe extern "C" fn sendto(
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> libc::ssize_t {
     if !msg.is_null() {
         // SAFETY: `msg` is the caller's message header, as sendmsg(2) promises it.
-        if let Some(errno) = unsafe { refused_destination(fd, (*msg).msg_name.cast(), (*msg).msg_namelen) } {
-            set_errno(errno);
-            return -1;
+        match unsafe { destination(fd, (*msg).msg_name.cast(), (*msg).msg_namelen) } {
+            Destination::Refused(errno) => {
+                set_errno(errno);
+                return -1;
+            }
+            Destination::Dropped => {
+                // SAFETY: the caller's header, read to be copied.
+                let mut m = unsafe { std::ptr::read(msg) };
+                m.msg_name = std::ptr::null_mut();
+                m.msg_namelen = 0;
+                // SAFETY: the caller's message, without the destination.
+                return unsafe { real::sendmsg(fd, &m, flags) };
+            }
+            Destination::Kernel => {}
         }
     }
     // SAFETY: the caller's arguments, unchanged.
@@ -654,17 +687,39 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
 pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int) -> c_int {
     let mut allowed = n;
     let mut refused = 0;
+    let mut dropped = false;
     if settings().is_some() && !msgs.is_null() {
         for i in 0..n {
             // SAFETY: `msgs` has `n` entries, as sendmmsg(2) promises.
             let h = unsafe { &(*msgs.add(i as usize)).msg_hdr };
             // SAFETY: the entry's own destination.
-            if let Some(errno) = unsafe { refused_destination(fd, h.msg_name.cast(), h.msg_namelen) } {
-                allowed = i;
-                refused = errno;
-                break;
+            match unsafe { destination(fd, h.msg_name.cast(), h.msg_namelen) } {
+                Destination::Refused(errno) => {
+                    allowed = i;
+                    refused = errno;
+                    break;
+                }
+                Destination::Dropped => dropped = true,
+                Destination::Kernel => {}
             }
         }
+    }
+    if dropped && allowed > 0 {
+        // A tunnel TCP socket: the messages go without their destinations, from a copy,
+        // and what was sent of each is reported in the caller's.
+        // SAFETY: `msgs` has at least `allowed` entries.
+        let mut copy: Vec<libc::mmsghdr> = unsafe { std::slice::from_raw_parts(msgs, allowed as usize) }.to_vec();
+        for m in &mut copy {
+            m.msg_hdr.msg_name = std::ptr::null_mut();
+            m.msg_hdr.msg_namelen = 0;
+        }
+        // SAFETY: the copy has `allowed` entries, pointing at the caller's buffers.
+        let sent = unsafe { real::sendmmsg(fd, copy.as_mut_ptr(), allowed, flags) };
+        for (i, m) in copy.iter().enumerate().take(sent.max(0) as usize) {
+            // SAFETY: `i` < `allowed`, an entry of the caller's array.
+            unsafe { (*msgs.add(i)).msg_len = m.msg_len };
+        }
+        return sent;
     }
     if allowed == 0 && n > 0 {
         set_errno(refused);
