@@ -285,6 +285,57 @@ EOF
     ((dropped > 100)) || fail "only $dropped datagrams dropped"
 }
 
+# A static Go binary (built here; Go makes raw system calls, never the C library's) under
+# `ordo run`, as the unprivileged user: A has a route to B's tunnel address outside the
+# tunnel (through the veth) and B answers there (a root process in A reaches it that way),
+# yet the program's connection to it fails closed (ENETUNREACH, and the supervisor says
+# why) instead of leaving by that route; its connection to B's veth address, outside the
+# tunnel, goes through the kernel as without `ordo run`.
+t_static_go() {
+    setup
+    local go=go
+    command -v go >/dev/null || go=/usr/local/go/bin/go
+    mkdir -p "$WORK/gostatic"
+    cat >"$WORK/gostatic/main.go" <<'EOF'
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"time"
+)
+
+func main() {
+	for _, a := range os.Args[1:] {
+		c, err := net.DialTimeout("tcp", a, 5*time.Second)
+		if err != nil {
+			fmt.Println(a, "error:", err)
+			continue
+		}
+		c.Close()
+		fmt.Println(a, "connected")
+	}
+}
+EOF
+    (cd "$WORK/gostatic" && CGO_ENABLED=0 "$go" build -o static main.go) || fail "go build"
+    chmod 755 "$WORK/gostatic/static"
+    ip -n "$NS_A" route add "$IN_B/32" via "$OUT_B"
+    ip netns exec "$NS_B" nc -lk -s "$IN_B" -p 7100 >/dev/null 2>&1 &
+    ip netns exec "$NS_B" nc -lk -s "$OUT_B" -p 7101 >/dev/null 2>&1 &
+    for _ in $(seq 50); do
+        ip netns exec "$NS_B" ss -ltn | grep ':7101 ' >/dev/null && break
+        sleep 0.1
+    done
+    ip netns exec "$NS_A" nc -z -w 3 "$IN_B" 7100 || fail "the route outside the tunnel does not reach B (the test needs it)"
+    local got
+    got=$(ordo_run "$WORK/gostatic/static" "$IN_B:7100" "$OUT_B:7101" 2>"$WORK/static.err")
+    log "$(echo "$got" | sed 's/^/    /')"
+    grep "^$IN_B:7100 error: .*network is unreachable" <<<"$got" >/dev/null || fail "the tunnel address: $got"
+    grep "^$OUT_B:7101 connected" <<<"$got" >/dev/null || fail "outside the tunnel: $got"
+    grep "refused (ENETUNREACH)" "$WORK/static.err" >/dev/null || fail "no word from the supervisor: $(cat "$WORK/static.err")"
+}
+
 # Python clients: a blocking socket, selectors (epoll) with a non-blocking one, asyncio; one
 # that registers its socket with epoll before connecting (the registration must survive the
 # swap of its descriptor); one that forks a child which uses the inherited socket; and one
@@ -603,6 +654,7 @@ run_test "nc[$PEER]" t_nc
 run_test "tunnel_and_kernel[$PEER]" t_tunnel_and_kernel
 run_test "refused[$PEER]" t_refused
 run_test "lossy[$PEER]" t_lossy
+run_test "static_go[$PEER]" t_static_go
 
 echo "stack: $PASSED passed, $FAILED failed"
 ((FAILED == 0))

@@ -590,9 +590,9 @@ enum Destination {
     /// another destination than its remote (the kernel would send there; the stand-in
     /// reaches its remote only, so it must not be handed one it would misdirect).
     Refused(c_int),
-    /// Left out: a tunnel TCP socket is connected, and the kernel's TCP ignores a
-    /// destination given to it, where the Unix stream socket standing in for it fails
-    /// with EISCONN.
+    /// Left out: a tunnel socket is connected (a TCP one, or a UDP one sent to its own
+    /// remote), and the kernel's TCP ignores a destination given to it, where the Unix
+    /// stream socket standing in for it fails with EISCONN.
     Dropped,
 }
 
@@ -616,8 +616,9 @@ unsafe fn destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Desti
     }
     match tunnel_socket(fd) {
         Some(t) if t.datagram && t.remote != Some(dest) => Destination::Refused(libc::EISCONN),
-        // A Unix seqpacket socket ignores a destination itself.
-        Some(t) if t.datagram => Destination::Kernel,
+        // The stand-in would ignore it (a Unix seqpacket socket) or refuse it (a stream
+        // one); left out, no tunnel destination ever reaches the kernel from the library,
+        // and `ordo run`'s supervisor refuses any that does (crates/ordo/src/run/supervise.rs).
         Some(_) => Destination::Dropped,
         None if to_tunnel => Destination::Refused(libc::ENETUNREACH),
         None => Destination::Kernel,

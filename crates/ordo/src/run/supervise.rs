@@ -1,0 +1,593 @@
+//! The supervisor of a program under `ordo run`: a seccomp filter with user notification
+//! (seccomp_unotify(2)) on the program and its descendants, for what the preload library
+//! cannot see. Statically linked programs, Go binaries (which make raw system calls) and the
+//! C library's internal calls (its resolver's) reach the kernel without passing through the
+//! library; a connection of theirs to a tunnel address would leave by the kernel's own route,
+//! outside the tunnel. The filter stops every connect(2), every sendmsg(2) and sendmmsg(2),
+//! and every sendto(2) with a destination, and hands it here: one whose destination is in
+//! the tunnel is refused with ENETUNREACH (fail closed, with a message that says why), any
+//! other goes on to the kernel untouched. The library never gives the kernel a tunnel
+//! destination (it hands those connections to the stack), so what is refused here is only
+//! what would have leaked.
+//!
+//! io_uring_setup(2) fails with ENOSYS under the filter (io_uring submits connects and sends
+//! that no filter sees; programs fall back to system calls), and so does every system call
+//! of another ABI than the native one (i386's socketcall, x32).
+//!
+//! This keeps programs from leaking by accident; it is not a sandbox against a program that
+//! means to escape it: one of its threads could change the destination between the check
+//! here and the kernel's own reading of it, which the kernel documents for
+//! SECCOMP_USER_NOTIF_FLAG_CONTINUE.
+//!
+//! The filter needs no privilege, only no_new_privs, which it sets for the program (a
+//! setuid program then runs without its privileges, as it ignores LD_PRELOAD anyway).
+
+use anyhow::{bail, Context, Result};
+use ordo_attach::Route;
+use std::collections::HashSet;
+use std::io;
+use std::mem::size_of;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xC000_003E;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xC000_00B7;
+/// x32 system calls carry this bit in their number on x86_64.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// Where in `struct seccomp_data` the filter reads: the number, the ABI, the 5th argument
+/// (sendto's destination), as two 32-bit words, little-endian.
+const DATA_NR: u32 = 0;
+const DATA_ARCH: u32 = 4;
+const DATA_ARG4_LOW: u32 = 16 + 4 * 8;
+const DATA_ARG4_HIGH: u32 = DATA_ARG4_LOW + 4;
+
+/// The most entries of one sendmmsg(2) looked at; the kernel's own limit (UIO_MAXIOV).
+const MAX_MMSG: usize = 1024;
+/// The largest socket address read from a program.
+const MAX_SOCKADDR: usize = 128;
+
+/// The filter's program, built before the fork (the child may not allocate).
+pub struct Filter {
+    instructions: Vec<libc::sock_filter>,
+}
+
+fn statement(code: u32, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    }
+}
+
+impl Filter {
+    pub fn new() -> Filter {
+        const LOAD: u32 = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+        const JEQ: u32 = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+        const JGE: u32 = libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K;
+        const RET: u32 = libc::BPF_RET | libc::BPF_K;
+        // Jumps count the instructions skipped; the three verdicts end the program.
+        const ALLOW: usize = 13;
+        const NOTIFY: usize = 14;
+        const NOSYS: usize = 15;
+        let to = |target: usize, from: usize| (target - from - 1) as u8;
+        let instructions = vec![
+            /* 0 */ statement(LOAD, DATA_ARCH),
+            /* 1 */ jump(JEQ, AUDIT_ARCH, 0, to(NOSYS, 1)),
+            /* 2 */ statement(LOAD, DATA_NR),
+            /* 3 */ jump(JGE, X32_SYSCALL_BIT, to(NOSYS, 3), 0),
+            /* 4 */ jump(JEQ, libc::SYS_connect as u32, to(NOTIFY, 4), 0),
+            /* 5 */ jump(JEQ, libc::SYS_sendmsg as u32, to(NOTIFY, 5), 0),
+            /* 6 */ jump(JEQ, libc::SYS_sendmmsg as u32, to(NOTIFY, 6), 0),
+            /* 7 */ jump(JEQ, libc::SYS_io_uring_setup as u32, to(NOSYS, 7), 0),
+            /* 8 */ jump(JEQ, libc::SYS_sendto as u32, 0, to(ALLOW, 8)),
+            // sendto: only with a destination (a null pointer is a plain send).
+            /* 9 */
+            statement(LOAD, DATA_ARG4_LOW),
+            /* 10 */ jump(JEQ, 0, 0, to(NOTIFY, 10)),
+            /* 11 */ statement(LOAD, DATA_ARG4_HIGH),
+            /* 12 */ jump(JEQ, 0, to(ALLOW, 12), to(NOTIFY, 12)),
+            /* 13 */ statement(RET, libc::SECCOMP_RET_ALLOW),
+            /* 14 */ statement(RET, libc::SECCOMP_RET_USER_NOTIF),
+            /* 15 */ statement(RET, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+        ];
+        Filter { instructions }
+    }
+}
+
+/// The pipes over which the child tells the supervisor where its filter's listener is, and
+/// waits until the supervisor holds it.
+pub struct Handover {
+    /// The parent's ends.
+    from_child: OwnedFd,
+    to_child: OwnedFd,
+    /// The child's ends, as numbers the child inherits; closed in the parent once the child
+    /// is spawned ([`Handover::spawned`]), so that a child that died early reads as the end
+    /// of the pipe, not as a wait forever.
+    child_ends: std::sync::Mutex<Option<[OwnedFd; 2]>>,
+    child_write: RawFd,
+    child_read: RawFd,
+}
+
+/// A pipe: its read end, its write end.
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: descriptors pipe2 just made, ours alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl Handover {
+    pub fn new() -> io::Result<Handover> {
+        let (from_child, child_write) = pipe()?;
+        let (child_read, to_child) = pipe()?;
+        Ok(Handover {
+            from_child,
+            to_child,
+            child_write: child_write.as_raw_fd(),
+            child_read: child_read.as_raw_fd(),
+            child_ends: std::sync::Mutex::new(Some([child_write, child_read])),
+        })
+    }
+
+    /// In the parent, once spawn has returned (either way).
+    pub fn spawned(&self) {
+        self.child_ends.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    /// In the child, between fork and exec: no_new_privs, the filter, its listener's number
+    /// to the parent, and the parent's word that it has taken it. Only system calls: the
+    /// child of a threaded process may not allocate here.
+    ///
+    /// # Safety
+    /// Called in the child after fork, before exec, with `filter` built before the fork.
+    pub unsafe fn install_in_child(&self, filter: &Filter) -> io::Result<()> {
+        // SAFETY: plain prctl.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let program = libc::sock_fprog {
+            len: filter.instructions.len() as u16,
+            filter: filter.instructions.as_ptr().cast_mut(),
+        };
+        // SAFETY: `program` points at the filter's instructions, alive for the call.
+        let listener = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                &program as *const libc::sock_fprog,
+            )
+        };
+        if listener < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: getpid cannot fail.
+        let pid = unsafe { libc::getpid() };
+        let mut word = [0u8; 8];
+        word[..4].copy_from_slice(&pid.to_ne_bytes());
+        word[4..].copy_from_slice(&(listener as i32).to_ne_bytes());
+        // SAFETY: writing 8 bytes from `word` to our pipe.
+        let wrote = unsafe { libc::write(self.child_write, word.as_ptr().cast(), word.len()) };
+        let mut answer = 0u8;
+        // SAFETY: reading one byte into `answer` from our pipe.
+        let read = unsafe { libc::read(self.child_read, (&mut answer as *mut u8).cast(), 1) };
+        // SAFETY: the listener is ours; the program does not inherit it.
+        unsafe { libc::close(listener as RawFd) };
+        if wrote != 8 || read != 1 || answer != b'y' {
+            return Err(io::Error::other("the supervisor could not take the seccomp listener"));
+        }
+        Ok(())
+    }
+
+    /// In the parent, on a thread of its own while the child is being spawned: takes the
+    /// child's listener (pidfd_getfd) and lets the child go on. An Err leaves the child
+    /// failing its spawn.
+    pub fn take_listener(&self) -> Result<OwnedFd> {
+        let mut word = [0u8; 8];
+        read_exact(self.from_child.as_raw_fd(), &mut word).context("reading the child's listener")?;
+        let pid = i32::from_ne_bytes(word[..4].try_into().unwrap_or_default());
+        let fd = i32::from_ne_bytes(word[4..].try_into().unwrap_or_default());
+        let taken = take_fd(pid, fd);
+        let answer = if taken.is_ok() { b'y' } else { b'n' };
+        // SAFETY: writing one byte to our pipe.
+        unsafe { libc::write(self.to_child.as_raw_fd(), (&answer as *const u8).cast(), 1) };
+        taken.with_context(|| format!("taking the seccomp listener of process {pid}"))
+    }
+}
+
+fn read_exact(fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: reading into the rest of `buf`.
+        let n = unsafe { libc::read(fd, buf[done..].as_mut_ptr().cast(), buf.len() - done) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// A copy of descriptor `fd` of process `pid` (pidfd_getfd(2): the parent may, as it may
+/// trace its child).
+fn take_fd(pid: i32, fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain pidfd_open.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor pidfd_open just returned, ours alone.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+    // SAFETY: plain pidfd_getfd on the pidfd above.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if copy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor pidfd_getfd just returned, ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
+}
+
+/// What becomes of one stopped system call.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// The kernel carries it out.
+    Continue,
+    /// It fails with ENETUNREACH: its destination is in the tunnel.
+    Refuse(SocketAddr),
+}
+
+/// The supervisor's side: answers the filter's notifications until the listener ends.
+pub struct Supervisor {
+    listener: OwnedFd,
+    routes: Vec<Route>,
+    /// Processes told about already (one message each).
+    told: HashSet<u32>,
+}
+
+impl Supervisor {
+    pub fn new(listener: OwnedFd, routes: Vec<Route>) -> Supervisor {
+        Supervisor {
+            listener,
+            routes,
+            told: HashSet::new(),
+        }
+    }
+
+    /// Answers notifications on a thread of its own, for as long as the program runs.
+    pub fn spawn(self) -> Result<()> {
+        std::thread::Builder::new()
+            .name("ordo-supervise".into())
+            .spawn(move || self.run())
+            .context("starting the supervisor")?;
+        Ok(())
+    }
+
+    fn run(mut self) {
+        let mut sizes = libc::seccomp_notif_sizes {
+            seccomp_notif: 0,
+            seccomp_notif_resp: 0,
+            seccomp_data: 0,
+        };
+        // SAFETY: `sizes` is the structure SECCOMP_GET_NOTIF_SIZES fills.
+        let ok = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_GET_NOTIF_SIZES,
+                0,
+                &mut sizes as *mut libc::seccomp_notif_sizes,
+            )
+        } == 0;
+        // The kernel's structures may be larger than this build knows: room for either,
+        // 8-byte aligned.
+        let words = |kernel: u16, ours: usize| (usize::from(kernel).max(ours)).div_ceil(8);
+        let notif_words = if ok {
+            words(sizes.seccomp_notif, size_of::<libc::seccomp_notif>())
+        } else {
+            words(0, size_of::<libc::seccomp_notif>())
+        };
+        let resp_words = if ok {
+            words(sizes.seccomp_notif_resp, size_of::<libc::seccomp_notif_resp>())
+        } else {
+            words(0, size_of::<libc::seccomp_notif_resp>())
+        };
+        let mut notif = vec![0u64; notif_words];
+        let mut resp = vec![0u64; resp_words];
+        loop {
+            notif.fill(0);
+            // SAFETY: `notif` has room for the kernel's seccomp_notif.
+            if unsafe {
+                libc::ioctl(
+                    self.listener.as_raw_fd(),
+                    libc::SECCOMP_IOCTL_NOTIF_RECV,
+                    notif.as_mut_ptr(),
+                )
+            } < 0
+            {
+                match io::Error::last_os_error().raw_os_error() {
+                    // Interrupted, or the caller died before we read it.
+                    Some(libc::EINTR) | Some(libc::ENOENT) => continue,
+                    _ => return,
+                }
+            }
+            // SAFETY: the buffer is at least a seccomp_notif, aligned, filled by the kernel.
+            let n: libc::seccomp_notif = unsafe { std::ptr::read(notif.as_ptr().cast()) };
+            let verdict = self.judge(&n);
+            // The program's memory was read: the answer holds only if the call still waits
+            // (the caller was not killed and its id reused meanwhile).
+            // SAFETY: NOTIF_ID_VALID reads the id.
+            if unsafe { libc::ioctl(self.listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &n.id) } < 0 {
+                continue;
+            }
+            resp.fill(0);
+            let mut answer = libc::seccomp_notif_resp {
+                id: n.id,
+                val: 0,
+                error: 0,
+                flags: 0,
+            };
+            match verdict {
+                Verdict::Continue => answer.flags = libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+                Verdict::Refuse(dest) => {
+                    answer.error = -libc::ENETUNREACH;
+                    self.tell(n.pid, dest);
+                }
+            }
+            // SAFETY: the response buffer is at least a seccomp_notif_resp, aligned.
+            unsafe { std::ptr::write(resp.as_mut_ptr().cast(), answer) };
+            // SAFETY: `resp` holds the answer. A caller that died meanwhile: nothing to do.
+            unsafe { libc::ioctl(self.listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, resp.as_ptr()) };
+        }
+    }
+
+    /// The verdict on one stopped call: refused if any of its destinations is in the tunnel.
+    fn judge(&self, n: &libc::seccomp_notif) -> Verdict {
+        let args = n.data.args;
+        let memory = Memory { pid: n.pid };
+        let destinations = match i64::from(n.data.nr) {
+            libc::SYS_connect => vec![memory.sockaddr(args[1], args[2])],
+            libc::SYS_sendto => vec![memory.sockaddr(args[4], args[5])],
+            libc::SYS_sendmsg => vec![memory.message_destination(args[1])],
+            libc::SYS_sendmmsg => (0..(args[2] as usize).min(MAX_MMSG))
+                .map(|i| memory.message_destination(args[1] + (i * size_of::<libc::mmsghdr>()) as u64))
+                .collect(),
+            _ => Vec::new(),
+        };
+        destinations
+            .into_iter()
+            .flatten()
+            .find(|d| ordo_attach::through_tunnel(&self.routes, d.ip()))
+            .map_or(Verdict::Continue, Verdict::Refuse)
+    }
+
+    fn tell(&mut self, tid: u32, dest: SocketAddr) {
+        let pid = thread_group(tid).unwrap_or(tid);
+        if !self.told.insert(pid) {
+            return;
+        }
+        let name = std::fs::read_to_string(format!("/proc/{tid}/comm")).unwrap_or_default();
+        eprintln!(
+            "ordo run: {} (pid {pid}) reached for {dest} without the C library (a static or Go program, or a raw \
+             system call): refused (ENETUNREACH) rather than let it leave by the kernel's route. Programs that \
+             bypass the C library are not carried through the stack yet; run them with `ordo up` and TUN.",
+            name.trim()
+        );
+    }
+}
+
+/// The thread group (process) of thread `tid`.
+fn thread_group(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// A stopped program's memory, read with process_vm_readv(2).
+struct Memory {
+    pid: u32,
+}
+
+impl Memory {
+    fn read(&self, address: u64, buf: &mut [u8]) -> Option<()> {
+        if address == 0 || buf.is_empty() {
+            return None;
+        }
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: address as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: `local` is our buffer; the remote address is only read by the kernel, in
+        // the program's address space, and checked there.
+        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        (n == buf.len() as isize).then_some(())
+    }
+
+    /// The socket address of `len` bytes at `address`, if it is an IPv4 or IPv6 one.
+    fn sockaddr(&self, address: u64, len: u64) -> Option<SocketAddr> {
+        let len = (len as usize).min(MAX_SOCKADDR);
+        let mut buf = [0u8; MAX_SOCKADDR];
+        self.read(address, &mut buf[..len])?;
+        parse_sockaddr(&buf[..len])
+    }
+
+    /// The destination of the message header at `address`, if it names one.
+    fn message_destination(&self, address: u64) -> Option<SocketAddr> {
+        let mut buf = [0u8; size_of::<libc::msghdr>()];
+        self.read(address, &mut buf)?;
+        // SAFETY: `buf` holds the bytes of a msghdr; every bit pattern is one.
+        let header: libc::msghdr = unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) };
+        self.sockaddr(header.msg_name as u64, u64::from(header.msg_namelen))
+    }
+}
+
+/// An IPv4 or IPv6 socket address from its bytes (an IPv4-mapped IPv6 one as IPv4, as the
+/// kernel would send it).
+fn parse_sockaddr(b: &[u8]) -> Option<SocketAddr> {
+    let family = i32::from(u16::from_ne_bytes(b.get(..2)?.try_into().ok()?));
+    let port = u16::from_be_bytes(b.get(2..4)?.try_into().ok()?);
+    let ip = match family {
+        libc::AF_INET => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(b.get(4..8)?).ok()?)),
+        libc::AF_INET6 => {
+            let v6 = Ipv6Addr::from(<[u8; 16]>::try_from(b.get(8..24)?).ok()?);
+            v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// Whether this kernel lets a process supervise its children this way; the reason if not.
+pub fn check_supported() -> Result<()> {
+    let mut sizes = libc::seccomp_notif_sizes {
+        seccomp_notif: 0,
+        seccomp_notif_resp: 0,
+        seccomp_data: 0,
+    };
+    // SAFETY: `sizes` is the structure SECCOMP_GET_NOTIF_SIZES fills.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_GET_NOTIF_SIZES,
+            0,
+            &mut sizes as *mut libc::seccomp_notif_sizes,
+        )
+    };
+    if r != 0 {
+        bail!(
+            "this kernel has no seccomp user notification ({}): programs that bypass the C library could \
+             not be kept from the kernel's route",
+            io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v4(a: [u8; 4], port: u16) -> Vec<u8> {
+        let mut b = vec![0u8; 16];
+        b[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        b[2..4].copy_from_slice(&port.to_be_bytes());
+        b[4..8].copy_from_slice(&a);
+        b
+    }
+
+    #[test]
+    fn socket_addresses_are_parsed() {
+        assert_eq!(
+            parse_sockaddr(&v4([10, 1, 2, 3], 443)),
+            Some("10.1.2.3:443".parse().unwrap())
+        );
+        let mut b = vec![0u8; 28];
+        b[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        b[2..4].copy_from_slice(&53u16.to_be_bytes());
+        b[8..24].copy_from_slice(&"::ffff:10.9.8.7".parse::<Ipv6Addr>().unwrap().octets());
+        assert_eq!(parse_sockaddr(&b), Some("10.9.8.7:53".parse().unwrap()));
+        b[8..24].copy_from_slice(&"fd00::1".parse::<Ipv6Addr>().unwrap().octets());
+        assert_eq!(parse_sockaddr(&b), Some("[fd00::1]:53".parse().unwrap()));
+        // Short, or another family: not a destination.
+        assert_eq!(parse_sockaddr(&v4([10, 1, 2, 3], 443)[..6]), None);
+        let mut unix = v4([0; 4], 0);
+        unix[..2].copy_from_slice(&(libc::AF_UNIX as u16).to_ne_bytes());
+        assert_eq!(parse_sockaddr(&unix), None);
+    }
+
+    #[test]
+    fn the_filter_jumps_land_on_its_verdicts() {
+        let f = Filter::new();
+        let last = f.instructions.len() - 1;
+        for (i, ins) in f.instructions.iter().enumerate() {
+            if u32::from(ins.code) & 0x07 == libc::BPF_JMP {
+                assert!(i + 1 + usize::from(ins.jt) <= last, "instruction {i}: jt past the end");
+                assert!(i + 1 + usize::from(ins.jf) <= last, "instruction {i}: jf past the end");
+            }
+        }
+        for (i, verdict) in [
+            (13, libc::SECCOMP_RET_ALLOW),
+            (14, libc::SECCOMP_RET_USER_NOTIF),
+            (15, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+        ] {
+            assert_eq!(u32::from(f.instructions[i].code), libc::BPF_RET | libc::BPF_K);
+            assert_eq!(f.instructions[i].k, verdict);
+        }
+    }
+
+    /// The filter on a real child: a connect to an address the "tunnel" holds fails with
+    /// ENETUNREACH, one elsewhere reaches the kernel (ECONNREFUSED from loopback), sendto
+    /// with a tunnel destination fails, and io_uring is not there.
+    #[test]
+    fn a_child_under_the_filter() {
+        use std::os::unix::process::CommandExt;
+        let routes = vec![Route {
+            addr: "192.0.2.0".parse().unwrap(),
+            prefix: 24,
+        }];
+        let filter = Filter::new();
+        let handover = Handover::new().unwrap();
+        let script = "import socket, errno, sys\n\
+            out = []\n\
+            s = socket.socket()\n\
+            try: s.connect(('192.0.2.7', 80)); out.append('connected')\n\
+            except OSError as e: out.append(errno.errorcode[e.errno])\n\
+            s = socket.socket()\n\
+            try: s.connect(('127.0.0.1', 9)); out.append('connected')\n\
+            except OSError as e: out.append(errno.errorcode[e.errno])\n\
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+            try: u.sendto(b'x', ('192.0.2.7', 53)); out.append('sent')\n\
+            except OSError as e: out.append(errno.errorcode[e.errno])\n\
+            u.sendto(b'x', ('127.0.0.1', 9)); out.append('sent')\n\
+            print(' '.join(out))\n";
+        let mut command = std::process::Command::new("python3");
+        command.args(["-c", script]).stdout(std::process::Stdio::piped());
+        let h = std::sync::Arc::new(handover);
+        let in_child = h.clone();
+        let f = std::sync::Arc::new(filter);
+        let f_child = f.clone();
+        // SAFETY: the closure only makes system calls (install_in_child's contract).
+        unsafe { command.pre_exec(move || in_child.install_in_child(&f_child)) };
+        let taker = {
+            let h = h.clone();
+            std::thread::spawn(move || h.take_listener())
+        };
+        let child = command.spawn();
+        h.spawned();
+        let child = child.expect("spawning python3 under the filter");
+        let listener = taker.join().unwrap().expect("the listener");
+        Supervisor::new(listener, routes).spawn().unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "ENETUNREACH ECONNREFUSED ENETUNREACH sent"
+        );
+    }
+}
