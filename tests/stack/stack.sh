@@ -286,11 +286,14 @@ EOF
 }
 
 # A static Go binary (built here; Go makes raw system calls, never the C library's) under
-# `ordo run`, as the unprivileged user: A has a route to B's tunnel address outside the
-# tunnel (through the veth) and B answers there (a root process in A reaches it that way),
-# yet the program's connection to it fails closed (ENETUNREACH, and the supervisor says
-# why) instead of leaving by that route; its connection to B's veth address, outside the
-# tunnel, goes through the kernel as without `ordo run`.
+# `ordo run`, as the unprivileged user. A has a route to B's tunnel address outside the
+# tunnel (through the veth) and B's server answers there too, telling each client its source
+# address (a root process in A reaches it that way, from A's veth address). The program's
+# TCP connection to it goes through the tunnel all the same (the server sees A's tunnel
+# address): the supervisor made it through the stack from outside. Its UDP to the tunnel,
+# not carried from outside yet, fails closed (ENETUNREACH, and the supervisor says why)
+# instead of leaving by that route; its connection to B's veth address, outside the tunnel,
+# goes through the kernel as without `ordo run`.
 t_static_go() {
     setup
     local go=go
@@ -301,38 +304,64 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"strings"
 	"time"
 )
 
+// Each argument: tcp:HOST:PORT (connect, print what the server says) or udp:HOST:PORT.
 func main() {
 	for _, a := range os.Args[1:] {
-		c, err := net.DialTimeout("tcp", a, 5*time.Second)
+		kind, addr, _ := strings.Cut(a, ":")
+		c, err := net.DialTimeout(kind, addr, 5*time.Second)
 		if err != nil {
 			fmt.Println(a, "error:", err)
 			continue
 		}
+		if kind == "udp" {
+			_, err = c.Write([]byte("x"))
+			fmt.Println(a, "sent:", err)
+		} else {
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			b, err := io.ReadAll(c)
+			fmt.Println(a, "said:", strings.TrimSpace(string(b)), err)
+		}
 		c.Close()
-		fmt.Println(a, "connected")
 	}
 }
 EOF
     (cd "$WORK/gostatic" && CGO_ENABLED=0 "$go" build -o static main.go) || fail "go build"
     chmod 755 "$WORK/gostatic/static"
     ip -n "$NS_A" route add "$IN_B/32" via "$OUT_B"
-    ip netns exec "$NS_B" nc -lk -s "$IN_B" -p 7100 >/dev/null 2>&1 &
-    ip netns exec "$NS_B" nc -lk -s "$OUT_B" -p 7101 >/dev/null 2>&1 &
+    local addr
+    for addr in "$IN_B" "$OUT_B"; do
+        ip netns exec "$NS_B" "$PY" -c "
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('$addr', 7100))
+s.listen()
+while True:
+    c, peer = s.accept()
+    c.sendall(peer[0].encode() + b'\n')
+    c.close()
+" >/dev/null 2>&1 &
+    done
     for _ in $(seq 50); do
-        ip netns exec "$NS_B" ss -ltn | grep ':7101 ' >/dev/null && break
+        [[ $(ip netns exec "$NS_B" ss -ltn | grep -c ':7100 ') == 2 ]] && break
         sleep 0.1
     done
-    ip netns exec "$NS_A" nc -z -w 3 "$IN_B" 7100 || fail "the route outside the tunnel does not reach B (the test needs it)"
+    local outside
+    outside=$(ip netns exec "$NS_A" nc -w 3 "$IN_B" 7100) || fail "the route outside the tunnel does not reach B (the test needs it)"
+    [[ $outside == "$OUT_A" ]] || fail "outside the tunnel B saw $outside"
     local got
-    got=$(ordo_run "$WORK/gostatic/static" "$IN_B:7100" "$OUT_B:7101" 2>"$WORK/static.err")
+    got=$(ordo_run "$WORK/gostatic/static" "tcp:$IN_B:7100" "udp:$IN_B:9999" "tcp:$OUT_B:7100" 2>"$WORK/static.err")
     log "$(echo "$got" | sed 's/^/    /')"
-    grep "^$IN_B:7100 error: .*network is unreachable" <<<"$got" >/dev/null || fail "the tunnel address: $got"
-    grep "^$OUT_B:7101 connected" <<<"$got" >/dev/null || fail "outside the tunnel: $got"
+    grep "^tcp:$IN_B:7100 said: $IN_A <nil>$" <<<"$got" >/dev/null || fail "TCP to the tunnel: $got"
+    grep "^udp:$IN_B:9999 error: .*network is unreachable" <<<"$got" >/dev/null || fail "UDP to the tunnel: $got"
+    grep "^tcp:$OUT_B:7100 said: $OUT_A <nil>$" <<<"$got" >/dev/null || fail "outside the tunnel: $got"
     grep "refused (ENETUNREACH)" "$WORK/static.err" >/dev/null || fail "no word from the supervisor: $(cat "$WORK/static.err")"
 }
 

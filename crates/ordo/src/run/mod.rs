@@ -7,6 +7,8 @@
 //! `ordo run --attach NAME -- CMD ARGS` runs CMD attached to a running stack interface
 //! instead ([`crate::shared_stack`]), which outlives it.
 
+mod connect;
+mod listener;
 mod supervise;
 
 use crate::config;
@@ -110,7 +112,7 @@ impl Program {
         // fork and exec, its listener handed to this process.
         supervise::check_supported()?;
         let filter = Arc::new(supervise::Filter::new());
-        let handover = Arc::new(supervise::Handover::new().context("making the supervisor's pipes")?);
+        let handover = Arc::new(supervise::ListenerHandover::new().context("making the supervisor's pipes")?);
         let in_child = handover.clone();
         // SAFETY: install_in_child makes only system calls, with the filter built here.
         unsafe { command.pre_exec(move || in_child.install_in_child(&filter)) };
@@ -125,7 +127,7 @@ impl Program {
             .unwrap_or_else(|_| Err(anyhow::anyhow!("the supervisor's thread panicked")));
         let mut child = match (spawned, listener) {
             (Ok(child), Ok(listener)) => {
-                supervise::Supervisor::new(listener, self.routes.clone()).spawn()?;
+                supervise::Supervisor::new(listener, self.routes.clone(), self.socket.clone()).spawn()?;
                 child
             }
             (Err(e), Err(why)) if e.kind() == std::io::ErrorKind::Other => {

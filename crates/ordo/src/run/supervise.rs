@@ -4,11 +4,12 @@
 //! C library's internal calls (its resolver's) reach the kernel without passing through the
 //! library; a connection of theirs to a tunnel address would leave by the kernel's own route,
 //! outside the tunnel. The filter stops every connect(2), every sendmsg(2) and sendmmsg(2),
-//! and every sendto(2) with a destination, and hands it here: one whose destination is in
-//! the tunnel is refused with ENETUNREACH (fail closed, with a message that says why), any
-//! other goes on to the kernel untouched. The library never gives the kernel a tunnel
-//! destination (it hands those connections to the stack), so what is refused here is only
-//! what would have leaked.
+//! and every sendto(2) with a destination, and hands it here. A TCP connect to a tunnel
+//! address is made through the stack from outside (run/connect.rs); any other call with a
+//! destination in the tunnel is refused with ENETUNREACH (fail closed, with a message that
+//! says why); the rest goes on to the kernel untouched. The library never gives the kernel a
+//! tunnel destination (it hands those connections to the stack), so what is taken over or
+//! refused here is only what would have leaked.
 //!
 //! io_uring_setup(2) fails with ENOSYS under the filter (io_uring submits connects and sends
 //! that no filter sees; programs fall back to system calls), and so does every system call
@@ -22,6 +23,8 @@
 //! The filter needs no privilege, only no_new_privs, which it sets for the program (a
 //! setuid program then runs without its privileges, as it ignores LD_PRELOAD anyway).
 
+use super::connect::{self, Answer};
+use super::listener::{notif_words, respond, send_response, take_fd, thread_group};
 use anyhow::{bail, Context, Result};
 use ordo_attach::Route;
 use std::collections::HashSet;
@@ -29,6 +32,8 @@ use std::io;
 use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -109,12 +114,12 @@ impl Filter {
 
 /// The pipes over which the child tells the supervisor where its filter's listener is, and
 /// waits until the supervisor holds it.
-pub struct Handover {
+pub struct ListenerHandover {
     /// The parent's ends.
     from_child: OwnedFd,
     to_child: OwnedFd,
     /// The child's ends, as numbers the child inherits; closed in the parent once the child
-    /// is spawned ([`Handover::spawned`]), so that a child that died early reads as the end
+    /// is spawned ([`ListenerHandover::spawned`]), so that a child that died early reads as the end
     /// of the pipe, not as a wait forever.
     child_ends: std::sync::Mutex<Option<[OwnedFd; 2]>>,
     child_write: RawFd,
@@ -132,11 +137,11 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-impl Handover {
-    pub fn new() -> io::Result<Handover> {
+impl ListenerHandover {
+    pub fn new() -> io::Result<ListenerHandover> {
         let (from_child, child_write) = pipe()?;
         let (child_read, to_child) = pipe()?;
-        Ok(Handover {
+        Ok(ListenerHandover {
             from_child,
             to_child,
             child_write: child_write.as_raw_fd(),
@@ -231,47 +236,33 @@ fn read_exact(fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// A copy of descriptor `fd` of process `pid` (pidfd_getfd(2): the parent may, as it may
-/// trace its child).
-fn take_fd(pid: i32, fd: i32) -> io::Result<OwnedFd> {
-    // SAFETY: plain pidfd_open.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if pidfd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor pidfd_open just returned, ours alone.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
-    // SAFETY: plain pidfd_getfd on the pidfd above.
-    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
-    if copy < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor pidfd_getfd just returned, ours alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
-}
-
 /// What becomes of one stopped system call.
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
     /// The kernel carries it out.
     Continue,
+    /// A connect to the tunnel: made through the stack from outside.
+    Connect { fd: RawFd, dest: SocketAddr },
     /// It fails with ENETUNREACH: its destination is in the tunnel.
     Refuse(SocketAddr),
 }
 
 /// The supervisor's side: answers the filter's notifications until the listener ends.
 pub struct Supervisor {
-    listener: OwnedFd,
+    listener: Arc<OwnedFd>,
     routes: Vec<Route>,
+    /// The stack's attach socket, for connects made from outside.
+    socket: PathBuf,
     /// Processes told about already (one message each).
     told: HashSet<u32>,
 }
 
 impl Supervisor {
-    pub fn new(listener: OwnedFd, routes: Vec<Route>) -> Supervisor {
+    pub fn new(listener: OwnedFd, routes: Vec<Route>, socket: PathBuf) -> Supervisor {
         Supervisor {
-            listener,
+            listener: Arc::new(listener),
             routes,
+            socket,
             told: HashSet::new(),
         }
     }
@@ -286,35 +277,7 @@ impl Supervisor {
     }
 
     fn run(mut self) {
-        let mut sizes = libc::seccomp_notif_sizes {
-            seccomp_notif: 0,
-            seccomp_notif_resp: 0,
-            seccomp_data: 0,
-        };
-        // SAFETY: `sizes` is the structure SECCOMP_GET_NOTIF_SIZES fills.
-        let ok = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_GET_NOTIF_SIZES,
-                0,
-                &mut sizes as *mut libc::seccomp_notif_sizes,
-            )
-        } == 0;
-        // The kernel's structures may be larger than this build knows: room for either,
-        // 8-byte aligned.
-        let words = |kernel: u16, ours: usize| (usize::from(kernel).max(ours)).div_ceil(8);
-        let notif_words = if ok {
-            words(sizes.seccomp_notif, size_of::<libc::seccomp_notif>())
-        } else {
-            words(0, size_of::<libc::seccomp_notif>())
-        };
-        let resp_words = if ok {
-            words(sizes.seccomp_notif_resp, size_of::<libc::seccomp_notif_resp>())
-        } else {
-            words(0, size_of::<libc::seccomp_notif_resp>())
-        };
-        let mut notif = vec![0u64; notif_words];
-        let mut resp = vec![0u64; resp_words];
+        let mut notif = vec![0u64; notif_words().0];
         loop {
             notif.fill(0);
             // SAFETY: `notif` has room for the kernel's seccomp_notif.
@@ -341,24 +304,33 @@ impl Supervisor {
             if unsafe { libc::ioctl(self.listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &n.id) } < 0 {
                 continue;
             }
-            resp.fill(0);
-            let mut answer = libc::seccomp_notif_resp {
-                id: n.id,
-                val: 0,
-                error: 0,
-                flags: 0,
-            };
             match verdict {
-                Verdict::Continue => answer.flags = libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+                Verdict::Continue => send_response(
+                    &self.listener,
+                    libc::seccomp_notif_resp {
+                        id: n.id,
+                        val: 0,
+                        error: 0,
+                        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+                    },
+                ),
+                Verdict::Connect { fd, dest } => {
+                    match connect::connect(&self.listener, &self.socket, n.id, n.pid, fd, dest) {
+                        Ok(Answer::Now(value)) => respond(&self.listener, n.id, value),
+                        Ok(Answer::Later) => {}
+                        Err(errno) => {
+                            if errno == libc::ENETUNREACH {
+                                self.tell(n.pid, dest);
+                            }
+                            respond(&self.listener, n.id, -errno);
+                        }
+                    }
+                }
                 Verdict::Refuse(dest) => {
-                    answer.error = -libc::ENETUNREACH;
                     self.tell(n.pid, dest);
+                    respond(&self.listener, n.id, -libc::ENETUNREACH);
                 }
             }
-            // SAFETY: the response buffer is at least a seccomp_notif_resp, aligned.
-            unsafe { std::ptr::write(resp.as_mut_ptr().cast(), answer) };
-            // SAFETY: `resp` holds the answer. A caller that died meanwhile: nothing to do.
-            unsafe { libc::ioctl(self.listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, resp.as_ptr()) };
         }
     }
 
@@ -367,7 +339,15 @@ impl Supervisor {
         let args = n.data.args;
         let memory = Memory { pid: n.pid };
         let destinations = match i64::from(n.data.nr) {
-            libc::SYS_connect => vec![memory.sockaddr(args[1], args[2])],
+            libc::SYS_connect => {
+                return match memory.sockaddr(args[1], args[2]) {
+                    Some(dest) if ordo_attach::through_tunnel(&self.routes, dest.ip()) => Verdict::Connect {
+                        fd: args[0] as RawFd,
+                        dest,
+                    },
+                    _ => Verdict::Continue,
+                };
+            }
             libc::SYS_sendto => vec![memory.sockaddr(args[4], args[5])],
             libc::SYS_sendmsg => vec![memory.message_destination(args[1])],
             libc::SYS_sendmmsg => (0..(args[2] as usize).min(MAX_MMSG))
@@ -395,15 +375,6 @@ impl Supervisor {
             name.trim()
         );
     }
-}
-
-/// The thread group (process) of thread `tid`.
-fn thread_group(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 /// A stopped program's memory, read with process_vm_readv(2).
@@ -553,7 +524,7 @@ mod tests {
             prefix: 24,
         }];
         let filter = Filter::new();
-        let handover = Handover::new().unwrap();
+        let handover = ListenerHandover::new().unwrap();
         let script = "import socket, errno, sys\n\
             out = []\n\
             s = socket.socket()\n\
@@ -583,7 +554,10 @@ mod tests {
         h.spawned();
         let child = child.expect("spawning python3 under the filter");
         let listener = taker.join().unwrap().expect("the listener");
-        Supervisor::new(listener, routes).spawn().unwrap();
+        // No stack behind the socket: the connect to the tunnel fails closed.
+        Supervisor::new(listener, routes, "/nonexistent/attach.sock".into())
+            .spawn()
+            .unwrap();
         let out = child.wait_with_output().unwrap();
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
