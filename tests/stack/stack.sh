@@ -290,10 +290,11 @@ EOF
 # tunnel (through the veth) and B's server answers there too, telling each client its source
 # address (a root process in A reaches it that way, from A's veth address). The program's
 # TCP connection to it goes through the tunnel all the same (the server sees A's tunnel
-# address): the supervisor made it through the stack from outside. Its UDP to the tunnel,
-# not carried from outside yet, fails closed (ENETUNREACH, and the supervisor says why)
-# instead of leaving by that route; its connection to B's veth address, outside the tunnel,
-# goes through the kernel as without `ordo run`.
+# address): the supervisor made it through the stack from outside, as it does a connected
+# UDP socket's (B's UDP server answers a datagram with its source, the tunnel address too). Unconnected UDP to the tunnel,
+# not carried yet, fails closed (ENETUNREACH, and the supervisor says why) instead of
+# leaving by that route; its connection to B's veth address, outside the tunnel, goes
+# through the kernel as without `ordo run`.
 t_static_go() {
     setup
     local go=go
@@ -311,18 +312,30 @@ import (
 	"time"
 )
 
-// Each argument: tcp:HOST:PORT (connect, print what the server says) or udp:HOST:PORT.
+// Each argument: tcp:HOST:PORT (connect, print what the server says), udp:HOST:PORT
+// (connect, send a datagram, print the answer) or udpto:HOST:PORT (send from an unconnected
+// socket).
 func main() {
 	for _, a := range os.Args[1:] {
 		kind, addr, _ := strings.Cut(a, ":")
+		if kind == "udpto" {
+			p, _ := net.ListenPacket("udp", ":0")
+			to, _ := net.ResolveUDPAddr("udp", addr)
+			_, err := p.WriteTo([]byte("x"), to)
+			fmt.Println(a, "error:", err)
+			continue
+		}
 		c, err := net.DialTimeout(kind, addr, 5*time.Second)
 		if err != nil {
 			fmt.Println(a, "error:", err)
 			continue
 		}
 		if kind == "udp" {
-			_, err = c.Write([]byte("x"))
-			fmt.Println(a, "sent:", err)
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			c.Write([]byte("where from?"))
+			b := make([]byte, 100)
+			n, err := c.Read(b)
+			fmt.Println(a, "said:", string(b[:n]), err)
 		} else {
 			c.SetDeadline(time.Now().Add(5 * time.Second))
 			b, err := io.ReadAll(c)
@@ -335,6 +348,14 @@ EOF
     (cd "$WORK/gostatic" && CGO_ENABLED=0 "$go" build -o static main.go) || fail "go build"
     chmod 755 "$WORK/gostatic/static"
     ip -n "$NS_A" route add "$IN_B/32" via "$OUT_B"
+    ip netns exec "$NS_B" "$PY" -c "
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('$IN_B', 9999))
+while True:
+    _, peer = s.recvfrom(100)
+    s.sendto(peer[0].encode(), peer)
+" >/dev/null 2>&1 &
     local addr
     for addr in "$IN_B" "$OUT_B"; do
         ip netns exec "$NS_B" "$PY" -c "
@@ -357,10 +378,12 @@ while True:
     outside=$(ip netns exec "$NS_A" nc -w 3 "$IN_B" 7100) || fail "the route outside the tunnel does not reach B (the test needs it)"
     [[ $outside == "$OUT_A" ]] || fail "outside the tunnel B saw $outside"
     local got
-    got=$(ordo_run "$WORK/gostatic/static" "tcp:$IN_B:7100" "udp:$IN_B:9999" "tcp:$OUT_B:7100" 2>"$WORK/static.err")
+    got=$(ordo_run "$WORK/gostatic/static" "tcp:$IN_B:7100" "udp:$IN_B:9999" "udpto:$IN_B:9999" \
+        "tcp:$OUT_B:7100" 2>"$WORK/static.err")
     log "$(echo "$got" | sed 's/^/    /')"
     grep "^tcp:$IN_B:7100 said: $IN_A <nil>$" <<<"$got" >/dev/null || fail "TCP to the tunnel: $got"
-    grep "^udp:$IN_B:9999 error: .*network is unreachable" <<<"$got" >/dev/null || fail "UDP to the tunnel: $got"
+    grep "^udp:$IN_B:9999 said: $IN_A <nil>$" <<<"$got" >/dev/null || fail "connected UDP to the tunnel: $got"
+    grep "^udpto:$IN_B:9999 error: .*network is unreachable" <<<"$got" >/dev/null || fail "unconnected UDP to the tunnel: $got"
     grep "^tcp:$OUT_B:7100 said: $OUT_A <nil>$" <<<"$got" >/dev/null || fail "outside the tunnel: $got"
     grep "refused (ENETUNREACH)" "$WORK/static.err" >/dev/null || fail "no word from the supervisor: $(cat "$WORK/static.err")"
 }

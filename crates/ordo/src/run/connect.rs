@@ -1,5 +1,5 @@
-//! A supervised program's TCP connect to a tunnel address, made through the stack from
-//! outside: what the preload library does from inside the program (crates/ordo-preload),
+//! A supervised program's TCP or UDP connect to a tunnel address, made through the stack
+//! from outside: what the preload library does from inside the program (crates/ordo-preload),
 //! done here for programs it cannot reach (static, Go), whose connect the filter stopped
 //! (run/supervise.rs). The program's socket is looked at through a copy (pidfd_getfd); a
 //! Unix socket pair's end takes its place at the same descriptor number
@@ -11,9 +11,12 @@
 //! library's). A blocking one is answered when the stack answers, from a thread of its own;
 //! if it fails, the program's own socket is put back, unconnected, as the kernel leaves it.
 //!
+//! A UDP socket's connect is answered at once, its descriptor then one end of a Unix
+//! seqpacket pair whose records are its datagrams, as the library makes it.
+//!
 //! What the library does and this cannot (yet): SO_ERROR after a non-blocking connect that
-//! failed reads 0 (the program then sees the connection end at once), and getsockname and
-//! getpeername name the Unix socket.
+//! failed reads 0 (the program then sees the connection end at once); getsockname,
+//! getpeername and a datagram's source name the Unix socket.
 
 use super::listener::{respond, take_fd, thread_group};
 use ordo_attach::rights::Rights;
@@ -45,21 +48,22 @@ pub fn connect(
 ) -> Result<Answer, i32> {
     let pid = thread_group(tid).ok_or(libc::ESRCH)?;
     let original = take_fd(pid as i32, fd).map_err(|e| errno(&e))?;
-    // Only TCP is carried from outside so far: anything else to the tunnel fails closed.
-    let stream = int_option(original.as_raw_fd(), libc::SO_TYPE) == Some(libc::SOCK_STREAM);
     let inet = matches!(
         int_option(original.as_raw_fd(), libc::SO_DOMAIN),
         Some(libc::AF_INET) | Some(libc::AF_INET6)
     );
-    if !stream || !inet {
-        return Err(libc::ENETUNREACH);
+    // TCP and UDP are carried; anything else to the tunnel fails closed.
+    match int_option(original.as_raw_fd(), libc::SO_TYPE) {
+        Some(libc::SOCK_STREAM) if inet => {}
+        Some(libc::SOCK_DGRAM) if inet => return connect_datagram(listener, socket, id, tid, fd, dest),
+        _ => return Err(libc::ENETUNREACH),
     }
     // SAFETY: reading the status flags of our copy (the same open file as the program's).
     let status = unsafe { libc::fcntl(original.as_raw_fd(), libc::F_GETFL) };
     let nonblocking = status >= 0 && status & libc::O_NONBLOCK != 0;
     let cloexec = close_on_exec(tid, fd);
 
-    let (stand_in, service_end) = socket_pair().map_err(|e| errno(&e))?;
+    let (stand_in, service_end) = socket_pair(libc::SOCK_STREAM).map_err(|e| errno(&e))?;
     let filler = fill(stand_in.as_raw_fd()).map_err(|e| errno(&e))?;
     let request = Request {
         op: Op::ConnectTcp,
@@ -100,6 +104,34 @@ pub fn connect(
     Ok(Answer::Later)
 }
 
+/// A UDP socket's connect: its descriptor becomes one end of a Unix seqpacket pair whose
+/// records are its datagrams, as the library makes it (`connect_datagram` in
+/// crates/ordo-preload). Answered at once: connecting UDP sends nothing.
+fn connect_datagram(
+    listener: &Arc<OwnedFd>,
+    socket: &Path,
+    id: u64,
+    tid: u32,
+    fd: RawFd,
+    dest: SocketAddr,
+) -> Result<Answer, i32> {
+    let cloexec = close_on_exec(tid, fd);
+    let (stand_in, service_end) = socket_pair(libc::SOCK_SEQPACKET).map_err(|e| errno(&e))?;
+    let request = Request {
+        op: Op::ConnectUdp,
+        addr: dest,
+        nonblocking: None,
+    };
+    let control = ask(socket, &request, &[service_end.as_raw_fd()]).map_err(|_| libc::ENETUNREACH)?;
+    drop(service_end);
+    let answer = reply(control).map_err(|_| libc::ENETUNREACH)?;
+    if answer.errno != 0 {
+        return Err(answer.errno);
+    }
+    put_in_place(listener, id, stand_in.as_raw_fd(), fd, cloexec).map_err(|e| errno(&e))?;
+    Ok(Answer::Now(0))
+}
+
 fn errno(e: &io::Error) -> i32 {
     e.raw_os_error().unwrap_or(libc::EIO)
 }
@@ -129,18 +161,11 @@ fn close_on_exec(tid: u32, fd: RawFd) -> bool {
         .is_some_and(|flags| flags & libc::O_CLOEXEC as u32 != 0)
 }
 
-fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+/// A Unix socket pair of type `ty`: the stand-in's end, the service's.
+fn socket_pair(ty: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: `fds` has room for the two descriptors socketpair writes.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } < 0
-    {
+    if unsafe { libc::socketpair(libc::AF_UNIX, ty | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: socketpair succeeded: both are open descriptors that nothing else owns.
