@@ -95,6 +95,34 @@ pub struct Filler {
     pub sndbuf: u32,
 }
 
+/// Fills `fd`'s send buffer with zeros until it takes no more: the bytes that went, the
+/// [`Filler::filler`] of a non-blocking connect's stand-in. The caller shrinks the buffer
+/// first, with its own setsockopt (the preload library's must not be its own hook).
+pub fn fill_send_buffer(fd: std::os::fd::RawFd) -> std::io::Result<u32> {
+    let zeros = [0u8; 512];
+    let mut filler: u32 = 0;
+    loop {
+        // SAFETY: sending from a live buffer.
+        let n = unsafe {
+            libc::send(
+                fd,
+                zeros.as_ptr().cast(),
+                zeros.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n > 0 {
+            filler += n as u32;
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            return Ok(filler);
+        }
+        return Err(e);
+    }
+}
+
 /// The service's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {

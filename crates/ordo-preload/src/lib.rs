@@ -357,28 +357,7 @@ fn fill(fd: c_int) -> std::io::Result<ordo_attach::Filler> {
             std::mem::size_of::<c_int>() as socklen_t,
         )
     };
-    let zeros = [0u8; 512];
-    let mut filler: u32 = 0;
-    loop {
-        // SAFETY: sending from a live buffer.
-        let n = unsafe {
-            libc::send(
-                fd,
-                zeros.as_ptr().cast(),
-                zeros.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if n > 0 {
-            filler += n as u32;
-            continue;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() == std::io::ErrorKind::WouldBlock {
-            break;
-        }
-        return Err(e);
-    }
+    let filler = ordo_attach::fill_send_buffer(fd)?;
     Ok(ordo_attach::Filler {
         filler,
         sndbuf: sndbuf as u32,

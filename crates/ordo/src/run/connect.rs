@@ -36,16 +36,22 @@ pub enum Answer {
     Later,
 }
 
-/// Makes the connect of notification `id` (thread `tid`, descriptor `fd`) to `dest`
-/// through the stack at `socket`. Err: the errno to fail the call with.
-pub fn connect(
-    listener: &Arc<OwnedFd>,
-    socket: &Path,
-    id: u64,
-    tid: u32,
-    fd: RawFd,
-    dest: SocketAddr,
-) -> Result<Answer, i32> {
+/// A stopped connect(2): where to answer it, and whose it is.
+#[derive(Clone, Copy)]
+pub struct Stopped<'a> {
+    pub listener: &'a Arc<OwnedFd>,
+    /// The notification's id.
+    pub id: u64,
+    /// The calling thread.
+    pub tid: u32,
+    /// The program's socket.
+    pub fd: RawFd,
+}
+
+/// Makes the stopped connect to `dest` through the stack at `socket`. Err: the errno to
+/// fail the call with.
+pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer, i32> {
+    let Stopped { listener, id, tid, fd } = call;
     let pid = thread_group(tid).ok_or(libc::ESRCH)?;
     let original = take_fd(pid as i32, fd).map_err(|e| errno(&e))?;
     let inet = matches!(
@@ -55,7 +61,7 @@ pub fn connect(
     // TCP and UDP are carried; anything else to the tunnel fails closed.
     match int_option(original.as_raw_fd(), libc::SO_TYPE) {
         Some(libc::SOCK_STREAM) if inet => {}
-        Some(libc::SOCK_DGRAM) if inet => return connect_datagram(listener, socket, id, tid, fd, dest),
+        Some(libc::SOCK_DGRAM) if inet => return connect_datagram(call, socket, dest),
         _ => return Err(libc::ENETUNREACH),
     }
     // SAFETY: reading the status flags of our copy (the same open file as the program's).
@@ -107,14 +113,8 @@ pub fn connect(
 /// A UDP socket's connect: its descriptor becomes one end of a Unix seqpacket pair whose
 /// records are its datagrams, as the library makes it (`connect_datagram` in
 /// crates/ordo-preload). Answered at once: connecting UDP sends nothing.
-fn connect_datagram(
-    listener: &Arc<OwnedFd>,
-    socket: &Path,
-    id: u64,
-    tid: u32,
-    fd: RawFd,
-    dest: SocketAddr,
-) -> Result<Answer, i32> {
+fn connect_datagram(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer, i32> {
+    let Stopped { listener, id, tid, fd } = call;
     let cloexec = close_on_exec(tid, fd);
     let (stand_in, service_end) = socket_pair(libc::SOCK_SEQPACKET).map_err(|e| errno(&e))?;
     let request = Request {
@@ -187,31 +187,11 @@ fn fill(fd: RawFd) -> io::Result<Filler> {
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
-    let zeros = [0u8; 512];
-    let mut filler = 0u32;
-    loop {
-        // SAFETY: sending from a live buffer.
-        let n = unsafe {
-            libc::send(
-                fd,
-                zeros.as_ptr().cast(),
-                zeros.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if n > 0 {
-            filler += n as u32;
-            continue;
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::WouldBlock {
-            return Ok(Filler {
-                filler,
-                sndbuf: sndbuf as u32,
-            });
-        }
-        return Err(e);
-    }
+    let filler = ordo_attach::fill_send_buffer(fd)?;
+    Ok(Filler {
+        filler,
+        sndbuf: sndbuf as u32,
+    })
 }
 
 /// Sends `request` with the descriptors `pass` to the service at `socket`; the connection

@@ -51,28 +51,33 @@ pub fn send_response(listener: &OwnedFd, answer: libc::seccomp_notif_resp) {
     unsafe { libc::ioctl(listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, resp.as_ptr()) };
 }
 
-/// The kernel's notification and response structures, in 8-byte words: they may be larger
-/// than this build knows.
-pub fn notif_words() -> (usize, usize) {
+/// The sizes of this kernel's notification structures (SECCOMP_GET_NOTIF_SIZES); an error
+/// where the kernel has no seccomp user notification.
+pub fn notif_sizes() -> io::Result<libc::seccomp_notif_sizes> {
     let mut sizes = libc::seccomp_notif_sizes {
         seccomp_notif: 0,
         seccomp_notif_resp: 0,
         seccomp_data: 0,
     };
     // SAFETY: `sizes` is the structure SECCOMP_GET_NOTIF_SIZES fills.
-    let ok = unsafe {
+    let r = unsafe {
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_GET_NOTIF_SIZES,
             0,
             &mut sizes as *mut libc::seccomp_notif_sizes,
         )
-    } == 0;
-    let (kernel_notif, kernel_resp) = if ok {
-        (sizes.seccomp_notif, sizes.seccomp_notif_resp)
-    } else {
-        (0, 0)
     };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sizes)
+}
+
+/// The kernel's notification and response structures, in 8-byte words: they may be larger
+/// than this build knows.
+pub fn notif_words() -> (usize, usize) {
+    let (kernel_notif, kernel_resp) = notif_sizes().map_or((0, 0), |s| (s.seccomp_notif, s.seccomp_notif_resp));
     let words = |kernel: u16, ours: usize| usize::from(kernel).max(ours).div_ceil(8);
     (
         words(kernel_notif, size_of::<libc::seccomp_notif>()),

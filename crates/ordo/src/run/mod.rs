@@ -20,11 +20,9 @@ use ordo_attach::{Dns, Route};
 use std::ffi::OsString;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixListener;
-use std::os::unix::process::CommandExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 
 /// The preload library's file name, found beside the `ordo` executable (cargo puts both in
 /// `target/release`) unless `ORDO_PRELOAD` names it.
@@ -110,35 +108,8 @@ impl Program {
         // What bypasses the library (static programs, Go, raw system calls) is kept from the
         // kernel's route by a seccomp supervisor (supervise.rs): set up in the child between
         // fork and exec, its listener handed to this process.
-        supervise::check_supported()?;
-        let filter = Arc::new(supervise::Filter::new());
-        let handover = Arc::new(supervise::ListenerHandover::new().context("making the supervisor's pipes")?);
-        let in_child = handover.clone();
-        // SAFETY: install_in_child makes only system calls, with the filter built here.
-        unsafe { command.pre_exec(move || in_child.install_in_child(&filter)) };
-        let taker = {
-            let handover = handover.clone();
-            std::thread::spawn(move || handover.take_listener())
-        };
-        let spawned = command.spawn();
-        handover.spawned();
-        let listener = taker
-            .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the supervisor's thread panicked")));
-        let mut child = match (spawned, listener) {
-            (Ok(child), Ok(listener)) => {
-                supervise::Supervisor::new(listener, self.routes.clone(), self.socket.clone()).spawn()?;
-                child
-            }
-            (Err(e), Err(why)) if e.kind() == std::io::ErrorKind::Other => {
-                return Err(why).context("cannot supervise the program (run it with `ordo up` and TUN)")
-            }
-            (Err(e), _) => return Err(e).with_context(|| format!("cannot run {}", program.to_string_lossy())),
-            (Ok(mut child), Err(why)) => {
-                let _ = child.kill();
-                return Err(why).context("the program started unsupervised, and was stopped");
-            }
-        };
+        let mut child = supervise::spawn(&mut command, self.routes.clone(), self.socket.clone())
+            .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
         // A terminal's Ctrl-C reaches the program too: let it decide, and end when it ends.
         // SAFETY: setting a signal's disposition to ignored; no handler runs.
         unsafe {

@@ -24,15 +24,17 @@
 //! setuid program then runs without its privileges, as it ignores LD_PRELOAD anyway).
 
 use super::connect::{self, Answer};
-use super::listener::{notif_words, respond, send_response, take_fd, thread_group};
-use anyhow::{bail, Context, Result};
+use super::listener::{notif_sizes, notif_words, respond, send_response, take_fd, thread_group};
+use anyhow::{Context, Result};
 use ordo_attach::Route;
 use std::collections::HashSet;
 use std::io;
 use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
+use std::process::{Child, Command};
 use std::sync::Arc;
 
 #[cfg(target_arch = "x86_64")]
@@ -315,7 +317,13 @@ impl Supervisor {
                     },
                 ),
                 Verdict::Connect { fd, dest } => {
-                    match connect::connect(&self.listener, &self.socket, n.id, n.pid, fd, dest) {
+                    let call = connect::Stopped {
+                        listener: &self.listener,
+                        id: n.id,
+                        tid: n.pid,
+                        fd,
+                    };
+                    match connect::connect(call, &self.socket, dest) {
                         Ok(Answer::Now(value)) => respond(&self.listener, n.id, value),
                         Ok(Answer::Later) => {}
                         Err(errno) => {
@@ -435,30 +443,43 @@ fn parse_sockaddr(b: &[u8]) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, port))
 }
 
-/// Whether this kernel lets a process supervise its children this way; the reason if not.
-pub fn check_supported() -> Result<()> {
-    let mut sizes = libc::seccomp_notif_sizes {
-        seccomp_notif: 0,
-        seccomp_notif_resp: 0,
-        seccomp_data: 0,
+/// Spawns `command` under the filter, with the supervisor answering for it: TCP and UDP
+/// connects to `routes` made through the stack at `socket`, other calls with destinations
+/// in them refused. The filter is set in the child between fork and exec, and its listener
+/// handed to this process over [`ListenerHandover`].
+pub fn spawn(command: &mut Command, routes: Vec<Route>, socket: PathBuf) -> Result<Child> {
+    notif_sizes().context(
+        "this kernel has no seccomp user notification: programs that bypass the C library could not be kept \
+         from the kernel's route",
+    )?;
+    let filter = Arc::new(Filter::new());
+    let handover = Arc::new(ListenerHandover::new().context("making the supervisor's pipes")?);
+    let in_child = handover.clone();
+    // SAFETY: install_in_child makes only system calls, with the filter built here.
+    unsafe { command.pre_exec(move || in_child.install_in_child(&filter)) };
+    let taker = {
+        let handover = handover.clone();
+        std::thread::spawn(move || handover.take_listener())
     };
-    // SAFETY: `sizes` is the structure SECCOMP_GET_NOTIF_SIZES fills.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_GET_NOTIF_SIZES,
-            0,
-            &mut sizes as *mut libc::seccomp_notif_sizes,
-        )
-    };
-    if r != 0 {
-        bail!(
-            "this kernel has no seccomp user notification ({}): programs that bypass the C library could \
-             not be kept from the kernel's route",
-            io::Error::last_os_error()
-        );
+    let spawned = command.spawn();
+    handover.spawned();
+    let listener = taker
+        .join()
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("the supervisor's thread panicked")));
+    match (spawned, listener) {
+        (Ok(child), Ok(listener)) => {
+            Supervisor::new(listener, routes, socket).spawn()?;
+            Ok(child)
+        }
+        (Err(e), Err(why)) if e.kind() == io::ErrorKind::Other => {
+            Err(why).context("cannot supervise the program (run it with `ordo up` and TUN)")
+        }
+        (Err(e), _) => Err(e.into()),
+        (Ok(mut child), Err(why)) => {
+            let _ = child.kill();
+            Err(why).context("the program started unsupervised, and was stopped")
+        }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -518,13 +539,10 @@ mod tests {
     /// with a tunnel destination fails, and io_uring is not there.
     #[test]
     fn a_child_under_the_filter() {
-        use std::os::unix::process::CommandExt;
         let routes = vec![Route {
             addr: "192.0.2.0".parse().unwrap(),
             prefix: 24,
         }];
-        let filter = Filter::new();
-        let handover = ListenerHandover::new().unwrap();
         let script = "import socket, errno, sys\n\
             out = []\n\
             s = socket.socket()\n\
@@ -538,26 +556,11 @@ mod tests {
             except OSError as e: out.append(errno.errorcode[e.errno])\n\
             u.sendto(b'x', ('127.0.0.1', 9)); out.append('sent')\n\
             print(' '.join(out))\n";
-        let mut command = std::process::Command::new("python3");
+        let mut command = Command::new("python3");
         command.args(["-c", script]).stdout(std::process::Stdio::piped());
-        let h = std::sync::Arc::new(handover);
-        let in_child = h.clone();
-        let f = std::sync::Arc::new(filter);
-        let f_child = f.clone();
-        // SAFETY: the closure only makes system calls (install_in_child's contract).
-        unsafe { command.pre_exec(move || in_child.install_in_child(&f_child)) };
-        let taker = {
-            let h = h.clone();
-            std::thread::spawn(move || h.take_listener())
-        };
-        let child = command.spawn();
-        h.spawned();
-        let child = child.expect("spawning python3 under the filter");
-        let listener = taker.join().unwrap().expect("the listener");
         // No stack behind the socket: the connect to the tunnel fails closed.
-        Supervisor::new(listener, routes, "/nonexistent/attach.sock".into())
-            .spawn()
-            .unwrap();
+        let child =
+            spawn(&mut command, routes, "/nonexistent/attach.sock".into()).expect("spawning python3 under the filter");
         let out = child.wait_with_output().unwrap();
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
