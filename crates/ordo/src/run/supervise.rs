@@ -197,7 +197,8 @@ impl ListenerHandover {
         // SAFETY: the listener is ours; the program does not inherit it.
         unsafe { libc::close(listener as RawFd) };
         if wrote != 8 || read != 1 || answer != b'y' {
-            return Err(io::Error::other("the supervisor could not take the seccomp listener"));
+            // Not io::Error::other: no allocation here. The parent has the reason.
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
         }
         Ok(())
     }
@@ -471,10 +472,10 @@ pub fn spawn(command: &mut Command, routes: Vec<Route>, socket: PathBuf) -> Resu
             Supervisor::new(listener, routes, socket).spawn()?;
             Ok(child)
         }
-        (Err(e), Err(why)) if e.kind() == io::ErrorKind::Other => {
-            Err(why).context("cannot supervise the program (run it with `ordo up` and TUN)")
-        }
-        (Err(e), _) => Err(e.into()),
+        // The child stopped before exec because the listener was not taken: the reason is
+        // this side's.
+        (Err(_), Err(why)) => Err(why).context("cannot supervise the program (run it with `ordo up` and TUN)"),
+        (Err(e), Ok(_)) => Err(e.into()),
         (Ok(mut child), Err(why)) => {
             let _ = child.kill();
             Err(why).context("the program started unsupervised, and was stopped")
