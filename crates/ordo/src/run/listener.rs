@@ -85,6 +85,14 @@ pub fn notif_words() -> (usize, usize) {
     )
 }
 
+/// The inode of the file `fd` is: a stand-in is known by it whatever its descriptor number.
+pub fn inode(fd: RawFd) -> Option<u64> {
+    // SAFETY: an all-zero stat is a valid value of the plain C structure.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable and the structure fstat fills.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
+}
+
 /// The thread group (process) of thread `tid`.
 pub fn thread_group(tid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;

@@ -24,7 +24,7 @@
 //! setuid program then runs without its privileges, as it ignores LD_PRELOAD anyway).
 
 use super::connect::{self, Answer};
-use super::listener::{notif_sizes, notif_words, respond, send_response, take_fd, thread_group};
+use super::listener::{inode, notif_sizes, notif_words, respond, send_response, take_fd, thread_group};
 use anyhow::{Context, Result};
 use ordo_attach::Route;
 use std::collections::HashSet;
@@ -44,10 +44,13 @@ const AUDIT_ARCH: u32 = 0xC000_00B7;
 /// x32 system calls carry this bit in their number on x86_64.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
-/// Where in `struct seccomp_data` the filter reads: the number, the ABI, the 5th argument
-/// (sendto's destination), as two 32-bit words, little-endian.
+/// Where in `struct seccomp_data` the filter reads: the number, the ABI, the 2nd and 3rd
+/// arguments' low words (getsockopt's level and name), the 5th argument (sendto's
+/// destination) as two 32-bit words, little-endian.
 const DATA_NR: u32 = 0;
 const DATA_ARCH: u32 = 4;
+const DATA_ARG1_LOW: u32 = 16 + 8;
+const DATA_ARG2_LOW: u32 = 16 + 2 * 8;
 const DATA_ARG4_LOW: u32 = 16 + 4 * 8;
 const DATA_ARG4_HIGH: u32 = DATA_ARG4_LOW + 4;
 
@@ -86,9 +89,10 @@ impl Filter {
         const JGE: u32 = libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K;
         const RET: u32 = libc::BPF_RET | libc::BPF_K;
         // Jumps count the instructions skipped; the three verdicts end the program.
-        const ALLOW: usize = 13;
-        const NOTIFY: usize = 14;
-        const NOSYS: usize = 15;
+        const GETSOCKOPT: usize = 14;
+        const ALLOW: usize = 18;
+        const NOTIFY: usize = 19;
+        const NOSYS: usize = 20;
         let to = |target: usize, from: usize| (target - from - 1) as u8;
         let instructions = vec![
             /* 0 */ statement(LOAD, DATA_ARCH),
@@ -99,16 +103,23 @@ impl Filter {
             /* 5 */ jump(JEQ, libc::SYS_sendmsg as u32, to(NOTIFY, 5), 0),
             /* 6 */ jump(JEQ, libc::SYS_sendmmsg as u32, to(NOTIFY, 6), 0),
             /* 7 */ jump(JEQ, libc::SYS_io_uring_setup as u32, to(NOSYS, 7), 0),
-            /* 8 */ jump(JEQ, libc::SYS_sendto as u32, 0, to(ALLOW, 8)),
+            /* 8 */ jump(JEQ, libc::SYS_getsockopt as u32, to(GETSOCKOPT, 8), 0),
+            /* 9 */ jump(JEQ, libc::SYS_sendto as u32, 0, to(ALLOW, 9)),
             // sendto: only with a destination (a null pointer is a plain send).
-            /* 9 */
+            /* 10 */
             statement(LOAD, DATA_ARG4_LOW),
-            /* 10 */ jump(JEQ, 0, 0, to(NOTIFY, 10)),
-            /* 11 */ statement(LOAD, DATA_ARG4_HIGH),
-            /* 12 */ jump(JEQ, 0, to(ALLOW, 12), to(NOTIFY, 12)),
-            /* 13 */ statement(RET, libc::SECCOMP_RET_ALLOW),
-            /* 14 */ statement(RET, libc::SECCOMP_RET_USER_NOTIF),
-            /* 15 */ statement(RET, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+            /* 11 */ jump(JEQ, 0, 0, to(NOTIFY, 11)),
+            /* 12 */ statement(LOAD, DATA_ARG4_HIGH),
+            /* 13 */ jump(JEQ, 0, to(ALLOW, 13), to(NOTIFY, 13)),
+            // getsockopt: only SO_ERROR (the outcome of a connect made from outside).
+            /* 14 */
+            statement(LOAD, DATA_ARG1_LOW),
+            /* 15 */ jump(JEQ, libc::SOL_SOCKET as u32, 0, to(ALLOW, 15)),
+            /* 16 */ statement(LOAD, DATA_ARG2_LOW),
+            /* 17 */ jump(JEQ, libc::SO_ERROR as u32, to(NOTIFY, 17), to(ALLOW, 17)),
+            /* 18 */ statement(RET, libc::SECCOMP_RET_ALLOW),
+            /* 19 */ statement(RET, libc::SECCOMP_RET_USER_NOTIF),
+            /* 20 */ statement(RET, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
         ];
         Filter { instructions }
     }
@@ -248,6 +259,8 @@ enum Verdict {
     Connect { fd: RawFd, dest: SocketAddr },
     /// It fails with ENETUNREACH: its destination is in the tunnel.
     Refuse(SocketAddr),
+    /// getsockopt(SO_ERROR): answered here if the socket is a stand-in whose connect failed.
+    SocketError { fd: RawFd, value: u64, len: u64 },
 }
 
 /// The supervisor's side: answers the filter's notifications until the listener ends.
@@ -258,6 +271,8 @@ pub struct Supervisor {
     socket: PathBuf,
     /// Processes told about already (one message each).
     told: HashSet<u32>,
+    /// Non-blocking connects made from outside that failed, for SO_ERROR.
+    failed: connect::Failed,
 }
 
 impl Supervisor {
@@ -267,6 +282,7 @@ impl Supervisor {
             routes,
             socket,
             told: HashSet::new(),
+            failed: connect::Failed::default(),
         }
     }
 
@@ -320,6 +336,7 @@ impl Supervisor {
                 Verdict::Connect { fd, dest } => {
                     let call = connect::Stopped {
                         listener: &self.listener,
+                        failed: &self.failed,
                         id: n.id,
                         tid: n.pid,
                         fd,
@@ -339,6 +356,27 @@ impl Supervisor {
                     self.tell(n.pid, dest);
                     respond(&self.listener, n.id, -libc::ENETUNREACH);
                 }
+                Verdict::SocketError { fd, value, len } => {
+                    let failed = thread_group(n.pid)
+                        .and_then(|pid| take_fd(pid as i32, fd).ok())
+                        .and_then(|copy| inode(copy.as_raw_fd()))
+                        .and_then(|i| self.failed.take(i));
+                    let memory = Memory { pid: n.pid };
+                    match failed {
+                        Some(errno) if memory.write_int_option(value, len, errno).is_some() => {
+                            respond(&self.listener, n.id, 0)
+                        }
+                        _ => send_response(
+                            &self.listener,
+                            libc::seccomp_notif_resp {
+                                id: n.id,
+                                val: 0,
+                                error: 0,
+                                flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+                            },
+                        ),
+                    }
+                }
             }
         }
     }
@@ -355,6 +393,13 @@ impl Supervisor {
                         dest,
                     },
                     _ => Verdict::Continue,
+                };
+            }
+            libc::SYS_getsockopt => {
+                return Verdict::SocketError {
+                    fd: args[0] as RawFd,
+                    value: args[3],
+                    len: args[4],
                 };
             }
             libc::SYS_sendto => vec![memory.sockaddr(args[4], args[5])],
@@ -416,6 +461,36 @@ impl Memory {
         let mut buf = [0u8; MAX_SOCKADDR];
         self.read(address, &mut buf[..len])?;
         parse_sockaddr(&buf[..len])
+    }
+
+    /// Writes `value` as an int socket option's answer: at `address`, its length (4) at
+    /// `len_address`, if the program's buffer has room for it.
+    fn write_int_option(&self, address: u64, len_address: u64, value: i32) -> Option<()> {
+        let mut len = [0u8; 4];
+        self.read(len_address, &mut len)?;
+        if u32::from_ne_bytes(len) < 4 {
+            return None;
+        }
+        self.write(address, &value.to_ne_bytes())?;
+        self.write(len_address, &4u32.to_ne_bytes())
+    }
+
+    fn write(&self, address: u64, bytes: &[u8]) -> Option<()> {
+        if address == 0 {
+            return None;
+        }
+        let local = libc::iovec {
+            iov_base: bytes.as_ptr() as *mut libc::c_void,
+            iov_len: bytes.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: address as *mut libc::c_void,
+            iov_len: bytes.len(),
+        };
+        // SAFETY: `local` is only read; the remote address is written by the kernel in the
+        // program's address space, where the program gave it for this answer.
+        let n = unsafe { libc::process_vm_writev(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        (n == bytes.len() as isize).then_some(())
     }
 
     /// The destination of the message header at `address`, if it names one.
@@ -526,9 +601,9 @@ mod tests {
             }
         }
         for (i, verdict) in [
-            (13, libc::SECCOMP_RET_ALLOW),
-            (14, libc::SECCOMP_RET_USER_NOTIF),
-            (15, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+            (18, libc::SECCOMP_RET_ALLOW),
+            (19, libc::SECCOMP_RET_USER_NOTIF),
+            (20, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
         ] {
             assert_eq!(u32::from(f.instructions[i].code), libc::BPF_RET | libc::BPF_K);
             assert_eq!(f.instructions[i].k, verdict);
