@@ -290,8 +290,9 @@ EOF
 # tunnel (through the veth) and B's server answers there too, telling each client its source
 # address (a root process in A reaches it that way, from A's veth address). The program's
 # TCP connection to it goes through the tunnel all the same (the server sees A's tunnel
-# address): the supervisor made it through the stack from outside (and a closed port is
-# refused, as Go learns from SO_ERROR after its non-blocking connect), as it does a connected
+# address, and the program names its ends as the tunnel's addresses): the supervisor made it
+# through the stack from outside (and a closed port is refused, as Go learns from SO_ERROR
+# after its non-blocking connect), as it does a connected
 # UDP socket's (B's UDP server answers a datagram with its source, the tunnel address too). Unconnected UDP to the tunnel,
 # not carried yet, fails closed (ENETUNREACH, and the supervisor says why) instead of
 # leaving by that route; its connection to B's veth address, outside the tunnel, goes
@@ -336,11 +337,11 @@ func main() {
 			c.Write([]byte("where from?"))
 			b := make([]byte, 100)
 			n, err := c.Read(b)
-			fmt.Println(a, "said:", string(b[:n]), err)
+			fmt.Println(a, "said:", string(b[:n]), err, "local", c.LocalAddr(), "remote", c.RemoteAddr())
 		} else {
 			c.SetDeadline(time.Now().Add(5 * time.Second))
 			b, err := io.ReadAll(c)
-			fmt.Println(a, "said:", strings.TrimSpace(string(b)), err)
+			fmt.Println(a, "said:", strings.TrimSpace(string(b)), err, "local", c.LocalAddr(), "remote", c.RemoteAddr())
 		}
 		c.Close()
 	}
@@ -382,11 +383,14 @@ while True:
     got=$(ordo_run "$WORK/gostatic/static" "tcp:$IN_B:7100" "tcp:$IN_B:7199" "udp:$IN_B:9999" \
         "udpto:$IN_B:9999" "tcp:$OUT_B:7100" 2>"$WORK/static.err")
     log "$(echo "$got" | sed 's/^/    /')"
-    grep "^tcp:$IN_B:7100 said: $IN_A <nil>$" <<<"$got" >/dev/null || fail "TCP to the tunnel: $got"
+    grep "^tcp:$IN_B:7100 said: $IN_A <nil> local $IN_A:[0-9]* remote $IN_B:7100$" <<<"$got" >/dev/null ||
+        fail "TCP to the tunnel: $got"
     grep "^tcp:$IN_B:7199 error: .*connection refused" <<<"$got" >/dev/null || fail "a closed port in the tunnel: $got"
-    grep "^udp:$IN_B:9999 said: $IN_A <nil>$" <<<"$got" >/dev/null || fail "connected UDP to the tunnel: $got"
+    grep "^udp:$IN_B:9999 said: $IN_A <nil> local $IN_A:[0-9]* remote $IN_B:9999$" <<<"$got" >/dev/null ||
+        fail "connected UDP to the tunnel: $got"
     grep "^udpto:$IN_B:9999 error: .*network is unreachable" <<<"$got" >/dev/null || fail "unconnected UDP to the tunnel: $got"
-    grep "^tcp:$OUT_B:7100 said: $OUT_A <nil>$" <<<"$got" >/dev/null || fail "outside the tunnel: $got"
+    grep "^tcp:$OUT_B:7100 said: $OUT_A <nil> local $OUT_A:[0-9]* remote $OUT_B:7100$" <<<"$got" >/dev/null ||
+        fail "outside the tunnel: $got"
     grep "refused (ENETUNREACH)" "$WORK/static.err" >/dev/null || fail "no word from the supervisor: $(cat "$WORK/static.err")"
 }
 

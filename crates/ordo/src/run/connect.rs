@@ -14,21 +14,21 @@
 //! A UDP socket's connect is answered at once, its descriptor then one end of a Unix
 //! seqpacket pair whose records are its datagrams, as the library makes it.
 //!
-//! SO_ERROR after a non-blocking connect that failed is answered by the supervisor with the
-//! stack's errno, if the answer has come when the program asks (the filter stops
-//! getsockopt(SO_ERROR) too). What the library does and this cannot (yet): getsockname,
-//! getpeername and a datagram's source name the Unix socket.
+//! What a Unix socket would say wrong of such a stand-in (SO_ERROR after a failed
+//! non-blocking connect, getsockname, getpeername) the supervisor answers from
+//! run/stand_ins.rs (the filter stops those calls too). A datagram's source still names the
+//! Unix socket.
 
 use super::listener::{inode, respond, take_fd, thread_group};
+use super::stand_ins::{Names, StandIns};
 use ordo_attach::rights::Rights;
 use ordo_attach::{Filler, Op, Reply, Request, REPLY_LEN};
-use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// What the supervisor answers now.
 pub enum Answer {
@@ -38,74 +38,11 @@ pub enum Answer {
     Later,
 }
 
-/// The stand-ins (by inode) of non-blocking connects still unanswered (None) or failed
-/// (their errno), until the program reads the outcome with getsockopt(SO_ERROR): the
-/// supervisor answers that, where a Unix socket would say 0. Bounded: the oldest are
-/// forgotten.
-#[derive(Default, Clone)]
-pub struct Failed(Arc<Mutex<VecDeque<Outcome>>>);
-
-/// A non-blocking connect made from outside, by its stand-in's inode.
-struct Outcome {
-    inode: u64,
-    /// None: no answer yet.
-    errno: Option<i32>,
-}
-
-/// Connects remembered at most.
-const MAX_FAILED: usize = 1024;
-
-/// How long SO_ERROR waits for the stack's answer to a connect it has not had yet: the
-/// stack answers before it closes the stand-in, which is what woke the program.
-const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
-
-impl Failed {
-    fn pending(&self, inode: u64) {
-        let mut f = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if f.len() >= MAX_FAILED {
-            f.pop_front();
-        }
-        f.push_back(Outcome { inode, errno: None });
-    }
-
-    /// The stack's answer: a failure is kept for SO_ERROR, a success forgotten.
-    fn answered(&self, inode: u64, errno: i32) {
-        let mut f = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = f.iter().position(|o| o.inode == inode) {
-            if errno == 0 {
-                f.remove(i);
-            } else {
-                f[i].errno = Some(errno);
-            }
-        }
-    }
-
-    /// The errno of the stand-in `inode`'s failed connect, once; None if it did not fail or
-    /// is not a stand-in of ours.
-    pub fn take(&self, inode: u64) -> Option<i32> {
-        let deadline = std::time::Instant::now() + ANSWER_WAIT;
-        loop {
-            {
-                let mut f = self.0.lock().unwrap_or_else(|p| p.into_inner());
-                let i = f.iter().position(|o| o.inode == inode)?;
-                if let Some(errno) = f[i].errno {
-                    f.remove(i);
-                    return Some(errno);
-                }
-            }
-            if std::time::Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
-}
-
 /// A stopped connect(2): where to answer it, and whose it is.
 #[derive(Clone, Copy)]
 pub struct Stopped<'a> {
     pub listener: &'a Arc<OwnedFd>,
-    pub failed: &'a Failed,
+    pub stand_ins: &'a StandIns,
     /// The notification's id.
     pub id: u64,
     /// The calling thread.
@@ -119,21 +56,19 @@ pub struct Stopped<'a> {
 pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer, i32> {
     let Stopped {
         listener,
-        failed,
+        stand_ins,
         id,
         tid,
         fd,
     } = call;
     let pid = thread_group(tid).ok_or(libc::ESRCH)?;
     let original = take_fd(pid as i32, fd).map_err(|e| errno(&e))?;
-    let inet = matches!(
-        int_option(original.as_raw_fd(), libc::SO_DOMAIN),
-        Some(libc::AF_INET) | Some(libc::AF_INET6)
-    );
+    let family = int_option(original.as_raw_fd(), libc::SO_DOMAIN).unwrap_or(0);
+    let inet = family == libc::AF_INET || family == libc::AF_INET6;
     // TCP and UDP are carried; anything else to the tunnel fails closed.
     match int_option(original.as_raw_fd(), libc::SO_TYPE) {
         Some(libc::SOCK_STREAM) if inet => {}
-        Some(libc::SOCK_DGRAM) if inet => return connect_datagram(call, socket, dest),
+        Some(libc::SOCK_DGRAM) if inet => return connect_datagram(call, family, socket, dest),
         _ => return Err(libc::ENETUNREACH),
     }
     // SAFETY: reading the status flags of our copy (the same open file as the program's).
@@ -159,34 +94,46 @@ pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer,
     let stand_in_inode = inode(stand_in.as_raw_fd());
     put_in_place(listener, id, stand_in.as_raw_fd(), fd, cloexec).map_err(|e| errno(&e))?;
     drop(stand_in);
+    let names = Names {
+        family,
+        local: None,
+        remote: dest,
+        connected: false,
+    };
+    if let Some(i) = stand_in_inode {
+        stand_ins.made(i, names, None);
+    }
+    // The stack's answer, when it comes: the stand-in's SO_ERROR and names.
+    let answer = {
+        let stand_ins = stand_ins.clone();
+        move |control| {
+            let (errno, local) = match reply(control) {
+                Ok(r) => (r.errno, r.local),
+                Err(e) => (errno(&e), None),
+            };
+            if let Some(i) = stand_in_inode {
+                stand_ins.answered(i, errno, local);
+            }
+            errno
+        }
+    };
 
     if nonblocking {
         // The stand-in turns writable when the connection is made; if it fails, the
-        // service closes its end and the program asks SO_ERROR, answered from `failed`.
-        if let Some(i) = stand_in_inode {
-            failed.pending(i);
-        }
-        let failed = failed.clone();
-        std::thread::spawn(move || {
-            let errno = match reply(control) {
-                Ok(r) => r.errno,
-                Err(e) => errno(&e),
-            };
-            if let Some(i) = stand_in_inode {
-                failed.answered(i, errno);
-            }
-        });
+        // service closes its end and the program asks SO_ERROR.
+        std::thread::spawn(move || answer(control));
         return Ok(Answer::Now(-libc::EINPROGRESS));
     }
     let listener = listener.clone();
+    let stand_ins = stand_ins.clone();
     std::thread::spawn(move || {
-        let errno = match reply(control) {
-            Ok(r) => r.errno,
-            Err(e) => errno(&e),
-        };
+        let errno = answer(control);
         if errno != 0 {
             // Refused, unreachable, timed out: the program's socket back, unconnected.
             let _ = put_in_place(&listener, id, original.as_raw_fd(), fd, cloexec);
+            if let Some(i) = stand_in_inode {
+                stand_ins.forget(i);
+            }
         }
         respond(&listener, id, -errno);
     });
@@ -196,9 +143,13 @@ pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer,
 /// A UDP socket's connect: its descriptor becomes one end of a Unix seqpacket pair whose
 /// records are its datagrams, as the library makes it (`connect_datagram` in
 /// crates/ordo-preload). Answered at once: connecting UDP sends nothing.
-fn connect_datagram(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer, i32> {
+fn connect_datagram(call: Stopped, family: i32, socket: &Path, dest: SocketAddr) -> Result<Answer, i32> {
     let Stopped {
-        listener, id, tid, fd, ..
+        listener,
+        stand_ins,
+        id,
+        tid,
+        fd,
     } = call;
     let cloexec = close_on_exec(tid, fd);
     let (stand_in, service_end) = socket_pair(libc::SOCK_SEQPACKET).map_err(|e| errno(&e))?;
@@ -213,7 +164,17 @@ fn connect_datagram(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<An
     if answer.errno != 0 {
         return Err(answer.errno);
     }
+    let stand_in_inode = inode(stand_in.as_raw_fd());
     put_in_place(listener, id, stand_in.as_raw_fd(), fd, cloexec).map_err(|e| errno(&e))?;
+    if let Some(i) = stand_in_inode {
+        let names = Names {
+            family,
+            local: answer.local,
+            remote: dest,
+            connected: true,
+        };
+        stand_ins.made(i, names, Some(0));
+    }
     Ok(Answer::Now(0))
 }
 

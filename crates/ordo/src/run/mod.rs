@@ -9,6 +9,7 @@
 
 mod connect;
 mod listener;
+mod stand_ins;
 mod supervise;
 
 use crate::config;

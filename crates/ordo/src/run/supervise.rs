@@ -25,6 +25,7 @@
 
 use super::connect::{self, Answer};
 use super::listener::{inode, notif_sizes, notif_words, respond, send_response, take_fd, thread_group};
+use super::stand_ins::StandIns;
 use anyhow::{Context, Result};
 use ordo_attach::Route;
 use std::collections::HashSet;
@@ -64,64 +65,151 @@ pub struct Filter {
     instructions: Vec<libc::sock_filter>,
 }
 
-fn statement(code: u32, k: u32) -> libc::sock_filter {
-    libc::sock_filter {
-        code: code as u16,
-        jt: 0,
-        jf: 0,
-        k,
-    }
+/// Where a jump of the filter goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum To {
+    Next,
+    Allow,
+    Notify,
+    NoSys,
+    /// sendto: stopped only with a destination.
+    Sendto,
+    /// getsockopt: stopped only for SO_ERROR.
+    Sockopt,
 }
 
-fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter {
-        code: code as u16,
-        jt,
-        jf,
-        k,
+/// One step of the filter, before its jumps are counted.
+enum Step {
+    Load(u32),
+    Jump {
+        code: u32,
+        k: u32,
+        yes: To,
+        no: To,
+    },
+    Return(u32),
+    /// Where a named target is: the next step.
+    Here(To),
+}
+
+/// The filter's steps as BPF: a jump's target named, its offset counted here.
+fn assemble(steps: &[Step]) -> Vec<libc::sock_filter> {
+    const LOAD: u32 = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    const RET: u32 = libc::BPF_RET | libc::BPF_K;
+    let mut at = Vec::new();
+    let mut pc = 0;
+    for s in steps {
+        match s {
+            Step::Here(to) => at.push((*to, pc)),
+            _ => pc += 1,
+        }
     }
+    let target = |to: To, pc: usize| -> u8 {
+        if to == To::Next {
+            return 0;
+        }
+        let (_, i) = at.iter().find(|(t, _)| *t == to).expect("every target is placed");
+        (i - pc - 1) as u8
+    };
+    let mut out = Vec::new();
+    for s in steps {
+        let pc = out.len();
+        let (code, k, jt, jf) = match *s {
+            Step::Load(offset) => (LOAD, offset, 0, 0),
+            Step::Jump { code, k, yes, no } => (code, k, target(yes, pc), target(no, pc)),
+            Step::Return(verdict) => (RET, verdict, 0, 0),
+            Step::Here(_) => continue,
+        };
+        out.push(libc::sock_filter {
+            code: code as u16,
+            jt,
+            jf,
+            k,
+        });
+    }
+    out
 }
 
 impl Filter {
     pub fn new() -> Filter {
-        const LOAD: u32 = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
         const JEQ: u32 = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
         const JGE: u32 = libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K;
-        const RET: u32 = libc::BPF_RET | libc::BPF_K;
-        // Jumps count the instructions skipped; the three verdicts end the program.
-        const GETSOCKOPT: usize = 14;
-        const ALLOW: usize = 18;
-        const NOTIFY: usize = 19;
-        const NOSYS: usize = 20;
-        let to = |target: usize, from: usize| (target - from - 1) as u8;
-        let instructions = vec![
-            /* 0 */ statement(LOAD, DATA_ARCH),
-            /* 1 */ jump(JEQ, AUDIT_ARCH, 0, to(NOSYS, 1)),
-            /* 2 */ statement(LOAD, DATA_NR),
-            /* 3 */ jump(JGE, X32_SYSCALL_BIT, to(NOSYS, 3), 0),
-            /* 4 */ jump(JEQ, libc::SYS_connect as u32, to(NOTIFY, 4), 0),
-            /* 5 */ jump(JEQ, libc::SYS_sendmsg as u32, to(NOTIFY, 5), 0),
-            /* 6 */ jump(JEQ, libc::SYS_sendmmsg as u32, to(NOTIFY, 6), 0),
-            /* 7 */ jump(JEQ, libc::SYS_io_uring_setup as u32, to(NOSYS, 7), 0),
-            /* 8 */ jump(JEQ, libc::SYS_getsockopt as u32, to(GETSOCKOPT, 8), 0),
-            /* 9 */ jump(JEQ, libc::SYS_sendto as u32, 0, to(ALLOW, 9)),
+        let is = |nr: libc::c_long, yes: To| Step::Jump {
+            code: JEQ,
+            k: nr as u32,
+            yes,
+            no: To::Next,
+        };
+        let steps = [
+            Step::Load(DATA_ARCH),
+            Step::Jump {
+                code: JEQ,
+                k: AUDIT_ARCH,
+                yes: To::Next,
+                no: To::NoSys,
+            },
+            Step::Load(DATA_NR),
+            Step::Jump {
+                code: JGE,
+                k: X32_SYSCALL_BIT,
+                yes: To::NoSys,
+                no: To::Next,
+            },
+            is(libc::SYS_connect, To::Notify),
+            is(libc::SYS_sendmsg, To::Notify),
+            is(libc::SYS_sendmmsg, To::Notify),
+            is(libc::SYS_getsockname, To::Notify),
+            is(libc::SYS_getpeername, To::Notify),
+            is(libc::SYS_io_uring_setup, To::NoSys),
+            is(libc::SYS_getsockopt, To::Sockopt),
+            Step::Jump {
+                code: JEQ,
+                k: libc::SYS_sendto as u32,
+                yes: To::Sendto,
+                no: To::Allow,
+            },
             // sendto: only with a destination (a null pointer is a plain send).
-            /* 10 */
-            statement(LOAD, DATA_ARG4_LOW),
-            /* 11 */ jump(JEQ, 0, 0, to(NOTIFY, 11)),
-            /* 12 */ statement(LOAD, DATA_ARG4_HIGH),
-            /* 13 */ jump(JEQ, 0, to(ALLOW, 13), to(NOTIFY, 13)),
-            // getsockopt: only SO_ERROR (the outcome of a connect made from outside).
-            /* 14 */
-            statement(LOAD, DATA_ARG1_LOW),
-            /* 15 */ jump(JEQ, libc::SOL_SOCKET as u32, 0, to(ALLOW, 15)),
-            /* 16 */ statement(LOAD, DATA_ARG2_LOW),
-            /* 17 */ jump(JEQ, libc::SO_ERROR as u32, to(NOTIFY, 17), to(ALLOW, 17)),
-            /* 18 */ statement(RET, libc::SECCOMP_RET_ALLOW),
-            /* 19 */ statement(RET, libc::SECCOMP_RET_USER_NOTIF),
-            /* 20 */ statement(RET, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+            Step::Here(To::Sendto),
+            Step::Load(DATA_ARG4_LOW),
+            Step::Jump {
+                code: JEQ,
+                k: 0,
+                yes: To::Next,
+                no: To::Notify,
+            },
+            Step::Load(DATA_ARG4_HIGH),
+            Step::Jump {
+                code: JEQ,
+                k: 0,
+                yes: To::Allow,
+                no: To::Notify,
+            },
+            // getsockopt: only SO_ERROR (how a connect made from outside ended).
+            Step::Here(To::Sockopt),
+            Step::Load(DATA_ARG1_LOW),
+            Step::Jump {
+                code: JEQ,
+                k: libc::SOL_SOCKET as u32,
+                yes: To::Next,
+                no: To::Allow,
+            },
+            Step::Load(DATA_ARG2_LOW),
+            Step::Jump {
+                code: JEQ,
+                k: libc::SO_ERROR as u32,
+                yes: To::Notify,
+                no: To::Allow,
+            },
+            Step::Here(To::Allow),
+            Step::Return(libc::SECCOMP_RET_ALLOW),
+            Step::Here(To::Notify),
+            Step::Return(libc::SECCOMP_RET_USER_NOTIF),
+            Step::Here(To::NoSys),
+            Step::Return(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
         ];
-        Filter { instructions }
+        Filter {
+            instructions: assemble(&steps),
+        }
     }
 }
 
@@ -261,6 +349,8 @@ enum Verdict {
     Refuse(SocketAddr),
     /// getsockopt(SO_ERROR): answered here if the socket is a stand-in whose connect failed.
     SocketError { fd: RawFd, value: u64, len: u64 },
+    /// getsockname or getpeername (`peer`): answered here if the socket is a stand-in.
+    Name { fd: RawFd, addr: u64, len: u64, peer: bool },
 }
 
 /// The supervisor's side: answers the filter's notifications until the listener ends.
@@ -271,8 +361,8 @@ pub struct Supervisor {
     socket: PathBuf,
     /// Processes told about already (one message each).
     told: HashSet<u32>,
-    /// Non-blocking connects made from outside that failed, for SO_ERROR.
-    failed: connect::Failed,
+    /// The stand-ins made from outside, for SO_ERROR and their names.
+    stand_ins: StandIns,
 }
 
 impl Supervisor {
@@ -282,7 +372,7 @@ impl Supervisor {
             routes,
             socket,
             told: HashSet::new(),
-            failed: connect::Failed::default(),
+            stand_ins: StandIns::default(),
         }
     }
 
@@ -324,19 +414,11 @@ impl Supervisor {
                 continue;
             }
             match verdict {
-                Verdict::Continue => send_response(
-                    &self.listener,
-                    libc::seccomp_notif_resp {
-                        id: n.id,
-                        val: 0,
-                        error: 0,
-                        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
-                    },
-                ),
+                Verdict::Continue => go_on(&self.listener, n.id),
                 Verdict::Connect { fd, dest } => {
                     let call = connect::Stopped {
                         listener: &self.listener,
-                        failed: &self.failed,
+                        stand_ins: &self.stand_ins,
                         id: n.id,
                         tid: n.pid,
                         fd,
@@ -357,24 +439,30 @@ impl Supervisor {
                     respond(&self.listener, n.id, -libc::ENETUNREACH);
                 }
                 Verdict::SocketError { fd, value, len } => {
-                    let failed = thread_group(n.pid)
-                        .and_then(|pid| take_fd(pid as i32, fd).ok())
-                        .and_then(|copy| inode(copy.as_raw_fd()))
-                        .and_then(|i| self.failed.take(i));
                     let memory = Memory { pid: n.pid };
-                    match failed {
+                    match stand_in(n.pid, fd).and_then(|i| self.stand_ins.take_error(i)) {
                         Some(errno) if memory.write_int_option(value, len, errno).is_some() => {
                             respond(&self.listener, n.id, 0)
                         }
-                        _ => send_response(
-                            &self.listener,
-                            libc::seccomp_notif_resp {
-                                id: n.id,
-                                val: 0,
-                                error: 0,
-                                flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
-                            },
-                        ),
+                        _ => go_on(&self.listener, n.id),
+                    }
+                }
+                Verdict::Name { fd, addr, len, peer } => {
+                    let memory = Memory { pid: n.pid };
+                    match stand_in(n.pid, fd).and_then(|i| self.stand_ins.names(i)) {
+                        None => go_on(&self.listener, n.id),
+                        Some(names) if peer && !names.connected => respond(&self.listener, n.id, -libc::ENOTCONN),
+                        Some(names) => {
+                            let name = if peer {
+                                names.remote
+                            } else {
+                                names.local.unwrap_or_else(|| unspecified(names.remote))
+                            };
+                            match memory.write_sockaddr(addr, len, names.family, name) {
+                                Some(()) => respond(&self.listener, n.id, 0),
+                                None => respond(&self.listener, n.id, -libc::EFAULT),
+                            }
+                        }
                     }
                 }
             }
@@ -393,6 +481,14 @@ impl Supervisor {
                         dest,
                     },
                     _ => Verdict::Continue,
+                };
+            }
+            libc::SYS_getsockname | libc::SYS_getpeername => {
+                return Verdict::Name {
+                    fd: args[0] as RawFd,
+                    addr: args[1],
+                    len: args[2],
+                    peer: i64::from(n.data.nr) == libc::SYS_getpeername,
                 };
             }
             libc::SYS_getsockopt => {
@@ -431,6 +527,61 @@ impl Supervisor {
     }
 }
 
+/// Lets the stopped call `id` go on to the kernel.
+fn go_on(listener: &OwnedFd, id: u64) {
+    send_response(
+        listener,
+        libc::seccomp_notif_resp {
+            id,
+            val: 0,
+            error: 0,
+            flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+        },
+    );
+}
+
+/// The inode of thread `tid`'s descriptor `fd`: a stand-in of ours, perhaps.
+fn stand_in(tid: u32, fd: RawFd) -> Option<u64> {
+    let pid = thread_group(tid)?;
+    let copy = take_fd(pid as i32, fd).ok()?;
+    inode(copy.as_raw_fd())
+}
+
+/// The unspecified address of `like`'s family, port 0: a stand-in's name before the stack
+/// has told it.
+fn unspecified(like: SocketAddr) -> SocketAddr {
+    match like {
+        SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+        SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+    }
+}
+
+/// `addr` as a socket address of `family` (an IPv4 one in an IPv6 socket is mapped).
+fn sockaddr_bytes(family: i32, addr: SocketAddr) -> Vec<u8> {
+    let (ip, port) = (addr.ip(), addr.port());
+    if family == libc::AF_INET6 {
+        let v6 = match ip {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            IpAddr::V6(v6) => v6,
+        };
+        let mut b = vec![0u8; size_of::<libc::sockaddr_in6>()];
+        b[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        b[2..4].copy_from_slice(&port.to_be_bytes());
+        b[8..24].copy_from_slice(&v6.octets());
+        b
+    } else {
+        let v4 = match ip {
+            IpAddr::V4(v4) => v4,
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+        };
+        let mut b = vec![0u8; size_of::<libc::sockaddr_in>()];
+        b[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        b[2..4].copy_from_slice(&port.to_be_bytes());
+        b[4..8].copy_from_slice(&v4.octets());
+        b
+    }
+}
+
 /// A stopped program's memory, read with process_vm_readv(2).
 struct Memory {
     pid: u32,
@@ -461,6 +612,20 @@ impl Memory {
         let mut buf = [0u8; MAX_SOCKADDR];
         self.read(address, &mut buf[..len])?;
         parse_sockaddr(&buf[..len])
+    }
+
+    /// Writes `addr` as getsockname(2) does: at most the program's `*len` bytes at
+    /// `address`, and the whole length at `len_address`.
+    fn write_sockaddr(&self, address: u64, len_address: u64, family: i32, addr: SocketAddr) -> Option<()> {
+        let mut len = [0u8; 4];
+        self.read(len_address, &mut len)?;
+        let room = u32::from_ne_bytes(len) as usize;
+        let bytes = sockaddr_bytes(family, addr);
+        let n = room.min(bytes.len());
+        if n > 0 {
+            self.write(address, &bytes[..n])?;
+        }
+        self.write(len_address, &(bytes.len() as u32).to_ne_bytes())
     }
 
     /// Writes `value` as an int socket option's answer: at `address`, its length (4) at
@@ -600,14 +765,15 @@ mod tests {
                 assert!(i + 1 + usize::from(ins.jf) <= last, "instruction {i}: jf past the end");
             }
         }
-        for (i, verdict) in [
-            (18, libc::SECCOMP_RET_ALLOW),
-            (19, libc::SECCOMP_RET_USER_NOTIF),
-            (20, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
-        ] {
-            assert_eq!(u32::from(f.instructions[i].code), libc::BPF_RET | libc::BPF_K);
-            assert_eq!(f.instructions[i].k, verdict);
-        }
+        let verdicts: Vec<u32> = f.instructions[last - 2..].iter().map(|i| i.k).collect();
+        assert_eq!(
+            verdicts,
+            [
+                libc::SECCOMP_RET_ALLOW,
+                libc::SECCOMP_RET_USER_NOTIF,
+                libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+            ]
+        );
     }
 
     /// The filter on a real child: a connect to an address the "tunnel" holds fails with
