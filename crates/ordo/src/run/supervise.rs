@@ -4,12 +4,14 @@
 //! C library's internal calls (its resolver's) reach the kernel without passing through the
 //! library; a connection of theirs to a tunnel address would leave by the kernel's own route,
 //! outside the tunnel. The filter stops every connect(2), every sendmsg(2) and sendmmsg(2),
-//! and every sendto(2) with a destination, and hands it here. A TCP connect to a tunnel
-//! address is made through the stack from outside (run/connect.rs); any other call with a
-//! destination in the tunnel is refused with ENETUNREACH (fail closed, with a message that
-//! says why); the rest goes on to the kernel untouched. The library never gives the kernel a
-//! tunnel destination (it hands those connections to the stack), so what is taken over or
-//! refused here is only what would have leaked.
+//! and every sendto(2) with a destination, and hands it here. A TCP or UDP connect to a
+//! tunnel address is made through the stack from outside (run/connect.rs); any other call
+//! with a destination in the tunnel is refused with ENETUNREACH (fail closed, with a message
+//! that says why); the rest goes on to the kernel untouched. The library never gives the
+//! kernel a tunnel destination (it hands those connections to the stack), so what is taken
+//! over or refused here is only what would have leaked. The filter also stops
+//! getsockopt(SO_ERROR), getsockname(2) and getpeername(2), answered here for the stand-ins
+//! made from outside (run/stand_ins.rs) and let go on for every other socket.
 //!
 //! io_uring_setup(2) fails with ENOSYS under the filter (io_uring submits connects and sends
 //! that no filter sees; programs fall back to system calls), and so does every system call
