@@ -8121,6 +8121,164 @@ mod test {
         recv_nothing!(s, time 1012);
     }
 
+    /// A receiver model for the sender's loss recovery: it keeps the octets that arrived,
+    /// acknowledges every segment at once with its cumulative ACK and up to three SACK
+    /// blocks (the one the segment fell in first, RFC 2018).
+    struct SackReceiver {
+        /// Arrived ranges above the cumulative ACK, as offsets from the first data octet.
+        ranges: Vec<(usize, usize)>,
+        acked: usize,
+    }
+
+    impl SackReceiver {
+        fn receive(&mut self, from: usize, to: usize) -> (usize, [Option<(u32, u32)>; 3]) {
+            if to > self.acked {
+                self.ranges.push((from.max(self.acked), to));
+                self.ranges.sort();
+                let mut merged: Vec<(usize, usize)> = Vec::new();
+                for &(a, b) in &self.ranges {
+                    match merged.last_mut() {
+                        Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                        _ => merged.push((a, b)),
+                    }
+                }
+                if let Some(first) = merged.first()
+                    && first.0 <= self.acked
+                {
+                    self.acked = first.1;
+                    merged.remove(0);
+                }
+                self.ranges = merged;
+            }
+            let mut blocks = [None; 3];
+            let latest = self.ranges.iter().position(|&(a, b)| a <= from && to <= b);
+            let order = latest
+                .into_iter()
+                .chain((0..self.ranges.len()).rev().filter(|&i| Some(i) != latest));
+            for (slot, i) in blocks.iter_mut().zip(order) {
+                *slot = sack_block(self.ranges[i].0, self.ranges[i].1);
+            }
+            (self.acked, blocks)
+        }
+    }
+
+    /// An ACK on its way back to the sender.
+    #[derive(Clone)]
+    struct PendingAck {
+        /// When it arrives, in milliseconds.
+        at: u64,
+        ack: usize,
+        sack_ranges: [Option<(u32, u32)>; 3],
+    }
+
+    /// The sender through a path that drops a share of the segments and of the ACKs (a
+    /// seeded generator, a round trip of 1 ms, 1% to 20% loss): every octet arrives, in a
+    /// bounded time, and nothing panics, whatever the pattern of losses. Eight patterns here;
+    /// SMOLTCP_LOSS_SWEEP=N tries N (1,000 passed, the slowest at 20% loss in 63 s of
+    /// simulated time, after repeated timeouts backed off).
+    #[test]
+    #[cfg(feature = "socket-tcp-cubic")]
+    fn test_transfer_through_random_loss() {
+        let sweep: u64 = std::env::var("SMOLTCP_LOSS_SWEEP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(8);
+        for (seed, loss_percent) in (1..=sweep).map(|i| (i, [1, 2, 5, 10, 20][i as usize % 5])) {
+            let total = 256 * 1024;
+            let mut s = socket_established_with_buffer_sizes(64 * 1024, 64);
+            s.set_congestion_control(CongestionControl::Cubic);
+            s.remote_has_sack = true;
+            s.remote_mss = 1000;
+            s.remote_win_len = 65535;
+            s.set_min_rto(Duration::from_millis(200));
+            let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let mut lose = || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % 100 < loss_percent
+            };
+            let mut receiver = SackReceiver {
+                ranges: Vec::new(),
+                acked: 0,
+            };
+            let mut written = 0;
+            let mut acks: Vec<PendingAck> = Vec::new();
+            let mut now = 0u64;
+            while receiver.acked < total {
+                assert!(
+                    now < 120_000,
+                    "seed {seed}, {loss_percent}% loss: stuck at {} of {total}: timer {:?} recovery {:?} probe {:?}/{} rto {:?} una {} nxt {} sacked {} state {}",
+                    receiver.acked,
+                    s.timer,
+                    s.recovery,
+                    s.probe_at,
+                    s.probes_sent,
+                    s.rtte.retransmission_timeout(),
+                    s.local_seq_no,
+                    s.remote_last_seq,
+                    s.sack_scoreboard.sacked(),
+                    s.state
+                );
+                while written < total {
+                    let chunk = [0x5a; 4096];
+                    match s.send_slice(&chunk[..(total - written).min(4096)]) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => written += n,
+                    }
+                }
+                // The ACKs due now.
+                let due: Vec<_> = acks.iter().filter(|a| a.at <= now).cloned().collect();
+                acks.retain(|a| a.at > now);
+                for PendingAck {
+                    ack, sack_ranges, ..
+                } in due
+                {
+                    send(
+                        &mut s,
+                        Instant::from_millis(now as i64),
+                        &TcpRepr {
+                            seq_number: REMOTE_SEQ + 1,
+                            ack_number: Some(LOCAL_SEQ + 1 + ack),
+                            window_len: 65535,
+                            sack_ranges,
+                            ..SEND_TEMPL
+                        },
+                    );
+                }
+                // What the sender sends now.
+                loop {
+                    s.cx.set_now(Instant::from_millis(now as i64));
+                    let mut got = None;
+                    s.socket
+                        .dispatch(&mut s.cx, |_, _, (_, repr)| {
+                            got = Some((repr.seq_number, repr.payload.len()));
+                            Ok::<(), ()>(())
+                        })
+                        .unwrap();
+                    let Some((seq, len)) = got else { break };
+                    if len == 0 {
+                        break;
+                    }
+                    if lose() {
+                        continue;
+                    }
+                    let from = seq - (LOCAL_SEQ + 1);
+                    let (ack, blocks) = receiver.receive(from, from + len);
+                    if !lose() {
+                        acks.push(PendingAck {
+                            at: now + 1,
+                            ack,
+                            sack_ranges: blocks,
+                        });
+                    }
+                }
+                now += 1;
+            }
+            assert_eq!(receiver.acked, total);
+        }
+    }
+
     #[test]
     fn test_min_rto() {
         let mut s = socket_established();
