@@ -175,6 +175,8 @@ struct RttEstimator {
     /// Retransmission Time-Out
     rto: u32,
     timestamp: Option<(Instant, TcpSeqNumber)>,
+    /// Where the segment being timed starts (`timestamp` has where it ends).
+    sample_start: TcpSeqNumber,
     max_seq_sent: Option<TcpSeqNumber>,
     rto_count: u8,
     /// The floor of the computed RTO, in milliseconds.
@@ -196,6 +198,7 @@ impl Default for RttEstimator {
             rttvar: 0, // ignored, will be overwritten on first measurement.
             rto: RTTE_INITIAL_RTO,
             timestamp: None,
+            sample_start: TcpSeqNumber::default(),
             max_seq_sent: None,
             rto_count: 0,
             min_rto: RTTE_MIN_RTO,
@@ -257,7 +260,8 @@ impl RttEstimator {
         );
     }
 
-    fn on_send(&mut self, timestamp: Instant, seq: TcpSeqNumber) {
+    /// A segment `[start, seq)` sent.
+    fn on_send(&mut self, timestamp: Instant, start: TcpSeqNumber, seq: TcpSeqNumber) {
         if self
             .max_seq_sent
             .map(|max_seq_sent| seq > max_seq_sent)
@@ -266,8 +270,21 @@ impl RttEstimator {
             self.max_seq_sent = Some(seq);
             if self.timestamp.is_none() {
                 self.timestamp = Some((timestamp, seq));
+                self.sample_start = start;
                 tcp_trace!("rtte: sampling at seq={:?}", seq);
             }
+        }
+    }
+
+    /// `[start, end)` newly SACKed: if it holds the end of the segment being timed, that
+    /// segment arrived (never retransmitted: Karn's rule holds), and its round trip is
+    /// known without waiting for the cumulative ACK, which a hole below may hold back.
+    fn on_sacked(&mut self, timestamp: Instant, start: TcpSeqNumber, end: TcpSeqNumber) {
+        if let Some((_, sent_seq)) = self.timestamp
+            && start < sent_seq
+            && sent_seq <= end
+        {
+            self.on_ack(timestamp, sent_seq);
         }
     }
 
@@ -306,6 +323,17 @@ impl RttEstimator {
             tcp_trace!("rtte: abort sampling due to retransmit");
         }
         self.timestamp = None;
+    }
+
+    /// `[start, end)` sent again: the sample goes only if it was of those octets (an ACK
+    /// of a retransmitted segment says nothing of the round trip), not for a hole below.
+    fn on_retransmit_range(&mut self, start: TcpSeqNumber, end: TcpSeqNumber) {
+        if let Some((_, sent_seq)) = self.timestamp
+            && start < sent_seq
+            && self.sample_start < end
+        {
+            self.on_retransmit();
+        }
     }
 }
 
@@ -1516,7 +1544,12 @@ impl<'a> Socket<'a> {
 
     /// Records the SACK blocks of an acceptable ACK; returns whether they told of
     /// data not known to be SACKed before.
-    fn update_sack_scoreboard(&mut self, ack_number: TcpSeqNumber, repr: &TcpRepr) -> bool {
+    fn update_sack_scoreboard(
+        &mut self,
+        now: Instant,
+        ack_number: TcpSeqNumber,
+        repr: &TcpRepr,
+    ) -> bool {
         self.sack_scoreboard.prune(ack_number);
         if !self.remote_has_sack {
             return false;
@@ -1529,7 +1562,10 @@ impl<'a> Socket<'a> {
             if start <= ack_number || end > self.remote_last_seq {
                 continue;
             }
-            sacked_new |= self.sack_scoreboard.add(start, end);
+            if self.sack_scoreboard.add(start, end) {
+                sacked_new = true;
+                self.rtte.on_sacked(now, start, end);
+            }
         }
         sacked_new
     }
@@ -2318,7 +2354,7 @@ impl<'a> Socket<'a> {
             // refractor the following block within that implementation
 
             // RFC 2018: remember what the remote holds above the cumulative ACK.
-            let sacked_new = self.update_sack_scoreboard(ack_number, repr);
+            let sacked_new = self.update_sack_scoreboard(cx.now(), ack_number, repr);
 
             match self.local_rx_last_ack {
                 // A duplicate ACK acknowledges nothing new while data is outstanding, and
@@ -3135,9 +3171,10 @@ impl<'a> Socket<'a> {
         self.remote_last_ack = repr.ack_number;
         self.remote_last_win = repr.window_len;
 
+        let sent = (repr.seq_number, repr.seq_number + repr.segment_len().max(1));
         if probe {
             self.probes_sent += 1;
-            self.rtte.on_retransmit();
+            self.rtte.on_retransmit_range(sent.0, sent.1);
         } else if retransmission && let Some(recovery) = self.recovery.as_mut() {
             if repr.seq_number == self.local_seq_no {
                 recovery.una_mark = Some(self.remote_last_seq);
@@ -3148,12 +3185,15 @@ impl<'a> Socket<'a> {
                 .high_rxt
                 .max(repr.seq_number + repr.segment_len().max(1));
             // Karn: an ACK of a retransmitted segment says nothing of the round trip.
-            self.rtte.on_retransmit();
+            self.rtte.on_retransmit_range(sent.0, sent.1);
         }
 
         if repr.segment_len() > 0 {
-            self.rtte
-                .on_send(cx.now(), repr.seq_number + repr.segment_len());
+            self.rtte.on_send(
+                cx.now(),
+                repr.seq_number,
+                repr.seq_number + repr.segment_len(),
+            );
             self.congestion_controller
                 .inner_mut()
                 .post_transmit(cx.now(), repr.segment_len());
@@ -8274,6 +8314,9 @@ mod test {
                     }
                 }
                 now += 1;
+            }
+            if std::env::var("SMOLTCP_LOSS_SWEEP").is_ok() {
+                eprintln!("seed {seed} loss {loss_percent}%: {now} ms");
             }
             assert_eq!(receiver.acked, total);
         }
