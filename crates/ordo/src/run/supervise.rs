@@ -78,6 +78,8 @@ enum To {
     Sendto,
     /// getsockopt: stopped only for SO_ERROR.
     Sockopt,
+    /// connect: stopped unless its address is a whole sockaddr_un.
+    Connect,
 }
 
 /// One step of the filter, before its jumps are counted.
@@ -157,7 +159,7 @@ impl Filter {
                 yes: To::NoSys,
                 no: To::Next,
             },
-            is(libc::SYS_connect, To::Notify),
+            is(libc::SYS_connect, To::Connect),
             is(libc::SYS_sendmsg, To::Notify),
             is(libc::SYS_sendmmsg, To::Notify),
             is(libc::SYS_getsockname, To::Notify),
@@ -183,6 +185,18 @@ impl Filter {
             Step::Jump {
                 code: JEQ,
                 k: 0,
+                yes: To::Allow,
+                no: To::Notify,
+            },
+            // connect: not with an address the size of a whole sockaddr_un, as the preload
+            // library gives when it reaches the stack (it never gives the kernel a tunnel
+            // address): a connect per connection spared. Nothing else gives an IPv4 or
+            // IPv6 address that length but a program that means to slip by.
+            Step::Here(To::Connect),
+            Step::Load(DATA_ARG2_LOW),
+            Step::Jump {
+                code: JEQ,
+                k: size_of::<libc::sockaddr_un>() as u32,
                 yes: To::Allow,
                 no: To::Notify,
             },
