@@ -54,13 +54,7 @@ pub struct Stopped<'a> {
 /// Makes the stopped connect to `dest` through the stack at `socket`. Err: the errno to
 /// fail the call with.
 pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer, i32> {
-    let Stopped {
-        listener,
-        stand_ins,
-        id,
-        tid,
-        fd,
-    } = call;
+    let (listener, stand_ins, id, tid, fd) = (call.listener, call.stand_ins, call.id, call.tid, call.fd);
     let pid = thread_group(tid).ok_or(libc::ESRCH)?;
     let original = take_fd(pid as i32, fd).map_err(|e| errno(&e))?;
     let family = int_option(original.as_raw_fd(), libc::SO_DOMAIN).unwrap_or(0);
@@ -144,14 +138,7 @@ pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer,
 /// records are its datagrams, as the library makes it (`connect_datagram` in
 /// crates/ordo-preload). Answered at once: connecting UDP sends nothing.
 fn connect_datagram(call: Stopped, family: i32, socket: &Path, dest: SocketAddr) -> Result<Answer, i32> {
-    let Stopped {
-        listener,
-        stand_ins,
-        id,
-        tid,
-        fd,
-    } = call;
-    let cloexec = close_on_exec(tid, fd);
+    let cloexec = close_on_exec(call.tid, call.fd);
     let (stand_in, service_end) = socket_pair(libc::SOCK_SEQPACKET).map_err(|e| errno(&e))?;
     let request = Request {
         op: Op::ConnectUdp,
@@ -165,7 +152,7 @@ fn connect_datagram(call: Stopped, family: i32, socket: &Path, dest: SocketAddr)
         return Err(answer.errno);
     }
     let stand_in_inode = inode(stand_in.as_raw_fd());
-    put_in_place(listener, id, stand_in.as_raw_fd(), fd, cloexec).map_err(|e| errno(&e))?;
+    put_in_place(call.listener, call.id, stand_in.as_raw_fd(), call.fd, cloexec).map_err(|e| errno(&e))?;
     if let Some(i) = stand_in_inode {
         let names = Names {
             family,
@@ -173,7 +160,7 @@ fn connect_datagram(call: Stopped, family: i32, socket: &Path, dest: SocketAddr)
             remote: dest,
             connected: true,
         };
-        stand_ins.made(i, names, Some(0));
+        call.stand_ins.made(i, names, Some(0));
     }
     Ok(Answer::Now(0))
 }

@@ -138,20 +138,11 @@ impl Filter {
     pub fn new() -> Filter {
         const JEQ: u32 = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
         const JGE: u32 = libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K;
-        let is = |nr: libc::c_long, yes: To| Step::Jump {
-            code: JEQ,
-            k: nr as u32,
-            yes,
-            no: To::Next,
-        };
+        let jeq = |k: u32, yes: To, no: To| Step::Jump { code: JEQ, k, yes, no };
+        let is = |nr: libc::c_long, yes: To| jeq(nr as u32, yes, To::Next);
         let steps = [
             Step::Load(DATA_ARCH),
-            Step::Jump {
-                code: JEQ,
-                k: AUDIT_ARCH,
-                yes: To::Next,
-                no: To::NoSys,
-            },
+            jeq(AUDIT_ARCH, To::Next, To::NoSys),
             Step::Load(DATA_NR),
             Step::Jump {
                 code: JGE,
@@ -166,56 +157,26 @@ impl Filter {
             is(libc::SYS_getpeername, To::Notify),
             is(libc::SYS_io_uring_setup, To::NoSys),
             is(libc::SYS_getsockopt, To::Sockopt),
-            Step::Jump {
-                code: JEQ,
-                k: libc::SYS_sendto as u32,
-                yes: To::Sendto,
-                no: To::Allow,
-            },
+            jeq(libc::SYS_sendto as u32, To::Sendto, To::Allow),
             // sendto: only with a destination (a null pointer is a plain send).
             Step::Here(To::Sendto),
             Step::Load(DATA_ARG4_LOW),
-            Step::Jump {
-                code: JEQ,
-                k: 0,
-                yes: To::Next,
-                no: To::Notify,
-            },
+            jeq(0, To::Next, To::Notify),
             Step::Load(DATA_ARG4_HIGH),
-            Step::Jump {
-                code: JEQ,
-                k: 0,
-                yes: To::Allow,
-                no: To::Notify,
-            },
+            jeq(0, To::Allow, To::Notify),
             // connect: not with an address the size of a whole sockaddr_un, as the preload
             // library gives when it reaches the stack (it never gives the kernel a tunnel
             // address): a connect per connection spared. Nothing else gives an IPv4 or
             // IPv6 address that length but a program that means to slip by.
             Step::Here(To::Connect),
             Step::Load(DATA_ARG2_LOW),
-            Step::Jump {
-                code: JEQ,
-                k: size_of::<libc::sockaddr_un>() as u32,
-                yes: To::Allow,
-                no: To::Notify,
-            },
+            jeq(size_of::<libc::sockaddr_un>() as u32, To::Allow, To::Notify),
             // getsockopt: only SO_ERROR (how a connect made from outside ended).
             Step::Here(To::Sockopt),
             Step::Load(DATA_ARG1_LOW),
-            Step::Jump {
-                code: JEQ,
-                k: libc::SOL_SOCKET as u32,
-                yes: To::Next,
-                no: To::Allow,
-            },
+            jeq(libc::SOL_SOCKET as u32, To::Next, To::Allow),
             Step::Load(DATA_ARG2_LOW),
-            Step::Jump {
-                code: JEQ,
-                k: libc::SO_ERROR as u32,
-                yes: To::Notify,
-                no: To::Allow,
-            },
+            jeq(libc::SO_ERROR as u32, To::Notify, To::Allow),
             Step::Here(To::Allow),
             Step::Return(libc::SECCOMP_RET_ALLOW),
             Step::Here(To::Notify),
