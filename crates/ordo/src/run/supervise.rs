@@ -3,8 +3,9 @@
 //! cannot see. Statically linked programs, Go binaries (which make raw system calls) and the
 //! C library's internal calls (its resolver's) reach the kernel without passing through the
 //! library; a connection of theirs to a tunnel address would leave by the kernel's own route,
-//! outside the tunnel. The filter stops every connect(2), every sendmsg(2) and sendmmsg(2),
-//! and every sendto(2) with a destination, and hands it here. A TCP or UDP connect to a
+//! outside the tunnel. The filter stops every connect(2) (but the library's own, to the
+//! stack: see the filter), every sendmsg(2) and sendmmsg(2), and every sendto(2) with a
+//! destination, and hands it here. A TCP or UDP connect to a
 //! tunnel address is made through the stack from outside (run/connect.rs); any other call
 //! with a destination in the tunnel is refused with ENETUNREACH (fail closed, with a message
 //! that says why); the rest goes on to the kernel untouched. The library never gives the
