@@ -39,6 +39,10 @@ unit: smoltcp-test
 # tests and those of the patches.
 smoltcp-test:
 	cd third_party/smoltcp && $(CARGO) test --lib --locked --features socket-tcp-cubic,socket-tcp-reno
+	@# With segmentation offload, as Ordo builds it; upstream's own test of it fails on the
+	@# pristine 0.14.0 too (third_party/README.md), so it is skipped.
+	cd third_party/smoltcp && $(CARGO) test --lib --locked --features socket-tcp-cubic,socket-tcp-reno,segmentation-offload \
+		-- --skip socket::tcp::test::test_segmentation_offload
 
 interop: build
 	tests/install-deps.sh

@@ -699,8 +699,51 @@ t_servers() {
     cmp "$WORK/nc.in" "$WORK/nc.out" || fail "nc listening: bytes differ"
 }
 
+# Servers bound to every address under `ordo run` listen on the tunnel's addresses and the
+# host's at once, as they would with a kernel tunnel device. python's http.server binds
+# 0.0.0.0 by default, and with `--bind ::` an IPv6 socket taking IPv4 too. The far end
+# reaches each through the tunnel (IPv4, and IPv6 for ::) and, in the same run, through the
+# veth (B to A's veth address); A's loopback reaches them; each server sees each client's
+# own address.
+t_wildcard_server() {
+    setup
+    mkdir -p "$WORK/www"
+    head -c 2M /dev/urandom >"$WORK/www/blob"
+    chmod -R a+rX "$WORK/www"
+    local want
+    want=$(sha256sum <"$WORK/www/blob" | cut -d' ' -f1)
+    (cd "$WORK/www" && as_user "$ORDO" run -c "$CONF" -- sh -c "
+        $PY -m http.server 8090 >$OUT/any4.log 2>&1 & $PY -m http.server 8091 --bind :: >$OUT/any6.log 2>&1; wait") &
+    local server=$!
+    local port
+    for port in 8090 8091; do
+        for _ in $(seq 50); do
+            ip netns exec "$NS_B" curl -s -o /dev/null --max-time 1 "http://$IN_A:$port/" && break
+            sleep 0.2
+        done
+    done
+    local url got
+    for url in "$NS_B http://$IN_A:8090/blob" "$NS_B http://$OUT_A:8090/blob" "$NS_A http://127.0.0.1:8090/blob" \
+        "$NS_B http://$IN_A:8091/blob" "$NS_B http://[$IN6_A]:8091/blob" "$NS_B http://$OUT_A:8091/blob" \
+        "$NS_A http://[::1]:8091/blob"; do
+        got=$(ip netns exec ${url%% *} curl -sS --max-time 30 "${url#* }" | sha256sum | cut -d' ' -f1)
+        [[ $got == "$want" ]] || fail "download from ${url#* } in ${url%% *} differs"
+    done
+    ! ip netns exec "$NS_B" curl -s -o /dev/null --max-time 5 "http://[$IN6_A]:8090/" ||
+        fail "the IPv4 server answered over IPv6"
+    local client
+    for client in "any4 $IN_B" "any4 $OUT_B" "any4 127.0.0.1" \
+        "any6 $IN_B" "any6 $OUT_B" "any6 $IN6_B" "any6 ::1"; do
+        grep -E "^(::ffff:)?${client#* } - .*GET /blob" "$OUT/${client%% *}.log" >/dev/null ||
+            fail "the server on ${client%% *} did not see ${client#* }"
+    done
+    pkill -f -- "-m http.server 809" || true
+    wait $server 2>/dev/null || true
+}
+
 run_test "curl_download[$PEER]" t_curl_download
 run_test "servers[$PEER]" t_servers
+run_test "wildcard_server[$PEER]" t_wildcard_server
 run_test "udp[$PEER]" t_udp
 run_test "udp_fails_closed[$PEER]" t_udp_fails_closed
 run_test "dns[$PEER]" t_dns

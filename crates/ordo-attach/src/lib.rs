@@ -29,7 +29,7 @@ pub const ENV_DNS: &str = "ORDO_ATTACH_DNS";
 
 const MAGIC: [u8; 4] = *b"ORDA";
 /// The protocol's version: a service refuses requests of another.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 
 /// Bytes of an encoded [`Request`].
 pub const REQUEST_LEN: usize = 36;
@@ -42,10 +42,14 @@ pub enum Op {
     /// Connect a TCP stream to the address; the request carries the application's end of a
     /// socket pair, which becomes the stream.
     ConnectTcp,
-    /// Listen for TCP connections on the address (one of the stack's, and a port); the
-    /// request carries the service's end of a socket pair whose other end becomes the
-    /// application's listening socket. Each connection accepted comes over it as an
-    /// [`Accepted`] with the connection's descriptor.
+    /// Listen for TCP connections on the address (one of the stack's, or the unspecified
+    /// address of a family for all of them, and a port); the request carries the service's
+    /// end of a socket pair whose other end becomes the application's listening socket. Each
+    /// connection accepted comes over it as an [`Accepted`] with the connection's descriptor.
+    /// On the unspecified address the request may carry, second, the application's kernel
+    /// socket listening on the same port: a server bound to 0.0.0.0 or :: listens on the
+    /// host's addresses and the tunnel's at once, as it would with a kernel tunnel device,
+    /// and the service hands over the kernel's connections too (as they are: kernel sockets).
     ListenTcp,
     /// Connect a UDP socket to the address; the request carries the application's end of a
     /// Unix seqpacket pair, over which each record is one datagram, each way (payload only:
@@ -86,6 +90,9 @@ pub struct Request {
     /// a copy of that end sent as a second descriptor. None: a blocking connect, answered
     /// when it is established or failed.
     pub nonblocking: Option<Filler>,
+    /// [`Op::ListenTcp`] on `::`: the application's socket is IPV6_V6ONLY, so the listener
+    /// takes IPv6 connections only (otherwise IPv4 ones too, as IPv4-mapped addresses).
+    pub v6_only: bool,
 }
 
 /// What a non-blocking connect's stand-in was filled with (see [`Request::nonblocking`]).
@@ -143,6 +150,9 @@ pub const ACCEPTED_LEN: usize = 44;
 pub struct Accepted {
     pub local: SocketAddr,
     pub remote: SocketAddr,
+    /// The connection came to the application's kernel listening socket (see
+    /// [`Op::ListenTcp`]): its descriptor is the kernel's TCP socket, not the stack's.
+    pub kernel: bool,
 }
 
 impl Accepted {
@@ -152,6 +162,7 @@ impl Accepted {
         b[4] = VERSION;
         put_addr(&mut b[5..24], Some(self.local));
         put_addr(&mut b[24..43], Some(self.remote));
+        b[43] = u8::from(self.kernel);
         b
     }
 
@@ -160,6 +171,11 @@ impl Accepted {
         Ok(Accepted {
             local: get_addr(&b[5..24])?.ok_or(DecodeError::Family(0))?,
             remote: get_addr(&b[24..43])?.ok_or(DecodeError::Family(0))?,
+            kernel: match b[43] {
+                0 => false,
+                1 => true,
+                _ => return Err(DecodeError::Flags),
+            },
         })
     }
 }
@@ -246,6 +262,7 @@ impl Request {
             b[26..30].copy_from_slice(&f.filler.to_le_bytes());
             b[30..34].copy_from_slice(&f.sndbuf.to_le_bytes());
         }
+        b[34] = u8::from(self.v6_only);
         b
     }
 
@@ -255,14 +272,24 @@ impl Request {
         let addr = get_addr(&b[6..25])?.ok_or(DecodeError::Family(0))?;
         let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let nonblocking = match b[25] {
-            0 if b[26..].iter().all(|x| *x == 0) => None,
-            1 if b[34..].iter().all(|x| *x == 0) => Some(Filler {
+            0 if b[26..34].iter().all(|x| *x == 0) => None,
+            1 => Some(Filler {
                 filler: word(26),
                 sndbuf: word(30),
             }),
             _ => return Err(DecodeError::Flags),
         };
-        Ok(Request { op, addr, nonblocking })
+        let v6_only = match (b[34], b[35]) {
+            (0, 0) => false,
+            (1, 0) => true,
+            _ => return Err(DecodeError::Flags),
+        };
+        Ok(Request {
+            op,
+            addr,
+            nonblocking,
+            v6_only,
+        })
     }
 }
 
@@ -396,8 +423,16 @@ mod tests {
             op: Op::ConnectUdp,
             addr: "10.0.0.2:53".parse().unwrap(),
             nonblocking: None,
+            v6_only: false,
         };
         assert_eq!(Request::decode(&udp.encode()), Ok(udp));
+        let listen = Request {
+            op: Op::ListenTcp,
+            addr: "[::]:8080".parse().unwrap(),
+            nonblocking: None,
+            v6_only: true,
+        };
+        assert_eq!(Request::decode(&listen.encode()), Ok(listen));
         for addr in ["10.0.0.2:80", "[fd00::2]:443"] {
             for nonblocking in [
                 None,
@@ -410,6 +445,7 @@ mod tests {
                     op: Op::ConnectTcp,
                     addr: addr.parse().unwrap(),
                     nonblocking,
+                    v6_only: false,
                 };
                 assert_eq!(Request::decode(&r.encode()), Ok(r));
             }
@@ -417,8 +453,17 @@ mod tests {
         let accepted = Accepted {
             local: "10.0.0.1:8000".parse().unwrap(),
             remote: "[fd00::2]:50000".parse().unwrap(),
+            kernel: false,
         };
         assert_eq!(Accepted::decode(&accepted.encode()), Ok(accepted));
+        let kernel = Accepted {
+            kernel: true,
+            ..accepted
+        };
+        assert_eq!(Accepted::decode(&kernel.encode()), Ok(kernel));
+        let mut b = kernel.encode();
+        b[43] = 2;
+        assert_eq!(Accepted::decode(&b), Err(DecodeError::Flags));
         let reply = Reply {
             errno: 111,
             local: Some("10.0.0.1:40000".parse().unwrap()),
@@ -433,14 +478,14 @@ mod tests {
             op: Op::ConnectTcp,
             addr: "10.0.0.2:80".parse().unwrap(),
             nonblocking: None,
+            v6_only: false,
         }
         .encode();
-        let mut b = good;
-        b[25] = 2;
-        assert_eq!(Request::decode(&b), Err(DecodeError::Flags));
-        let mut b = good;
-        b[30] = 1;
-        assert_eq!(Request::decode(&b), Err(DecodeError::Flags));
+        for (at, value) in [(25, 2), (30, 1), (34, 2), (35, 1)] {
+            let mut b = good;
+            b[at] = value;
+            assert_eq!(Request::decode(&b), Err(DecodeError::Flags), "byte {at}");
+        }
         assert_eq!(Request::decode(&good[..10]), Err(DecodeError::Length));
         let mut b = good;
         b[0] = b'X';

@@ -49,6 +49,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             filler: 4608,
             sndbuf: 212992,
         }),
+        v6_only: false,
     };
     let reply = Reply {
         errno: 0,

@@ -20,9 +20,9 @@ pub fn socket_pair(ty: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Sends `request` and the descriptor `pass` to the service at `socket`; waits for its reply.
-pub fn ask(socket: &Path, request: &Request, pass: RawFd) -> io::Result<Reply> {
-    let control = send(socket, request, &[pass])?;
+/// Sends `request` and the descriptors `pass` to the service at `socket`; waits for its reply.
+pub fn ask(socket: &Path, request: &Request, pass: &[RawFd]) -> io::Result<Reply> {
+    let control = send(socket, request, pass)?;
     let mut buf = [0u8; REPLY_LEN];
     read_exact(control.as_raw_fd(), &mut buf)?;
     decode(&buf)

@@ -148,6 +148,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         op: Op::ConnectTcp,
         addr: dest,
         nonblocking: Some(filler),
+        v6_only: false,
     };
     let control = match attach::send(&s.socket, &request, &[theirs.as_raw_fd(), mine.as_raw_fd()]) {
         Ok(c) => c,
@@ -253,8 +254,9 @@ fn connect_datagram(s: &Settings, fd: c_int, family: c_int, dest: std::net::Sock
         op: Op::ConnectUdp,
         addr: dest,
         nonblocking: None,
+        v6_only: false,
     };
-    let (reply, inode) = match stand_in_from_service(s, fd, libc::SOCK_SEQPACKET, &request) {
+    let (reply, inode) = match stand_in_from_service(s, fd, libc::SOCK_SEQPACKET, &request, false) {
         Ok(r) => r,
         Err(r) => return r,
     };
@@ -273,18 +275,22 @@ fn connect_datagram(s: &Settings, fd: c_int, family: c_int, dest: std::net::Sock
     0
 }
 
-/// Sends `request` to the service with one end of a fresh Unix socket pair of type `ty` and,
-/// once it has answered yes, puts the other end in place of the program's `fd`
-/// ([`swap_in`]). Returns the reply and the stand-in's inode, or the value the program's
-/// call returns (errno set): the service's refusal, or failing closed without it.
+/// Sends `request` to the service with one end of a fresh Unix socket pair of type `ty` (and
+/// the program's `fd` itself if `with_fd`) and, once it has answered yes, puts the other end
+/// in place of the program's `fd` ([`swap_in`]). Returns the reply and the stand-in's inode,
+/// or the value the program's call returns (errno set): the service's refusal, or failing
+/// closed without it.
 fn stand_in_from_service(
     s: &Settings,
     fd: c_int,
     ty: c_int,
     request: &Request,
+    with_fd: bool,
 ) -> Result<(ordo_attach::Reply, Option<u64>), c_int> {
     let (mine, theirs) = attach::socket_pair(ty).map_err(fail)?;
-    let reply = match attach::ask(&s.socket, request, theirs.as_raw_fd()) {
+    let pass = [theirs.as_raw_fd(), fd];
+    let pass = if with_fd { &pass[..] } else { &pass[..1] };
+    let reply = match attach::ask(&s.socket, request, pass) {
         Ok(r) if r.errno != 0 => {
             set_errno(r.errno);
             return Err(-1);
@@ -829,13 +835,15 @@ pub unsafe extern "C" fn recvmmsg(
 /// The tunnel address a not yet listening socket was bound to, and its family.
 fn bound_socket(fd: c_int) -> Option<(std::net::SocketAddr, c_int)> {
     settings()?;
-    let a = sockets::bound_to(sockets::socket_inode(fd)?)?;
+    // A wildcard is bound by the kernel, which names it (with the port it chose).
+    let a = sockets::bound_to(sockets::socket_inode(fd)?).filter(|a| !a.ip().is_unspecified())?;
     Some((a, socket_family(fd)?))
 }
 
 /// bind(2): a TCP socket bound to a tunnel address is the stack's: the kernel never sees the
 /// bind (it would refuse an address that is not the host's); listen makes it a listening
-/// socket in the stack.
+/// socket in the stack. One bound to the unspecified address (0.0.0.0, ::) is bound by the
+/// kernel and noted: listen makes it listen on the tunnel's addresses too.
 ///
 /// # Safety
 /// As bind(2).
@@ -843,28 +851,44 @@ fn bound_socket(fd: c_int) -> Option<(std::net::SocketAddr, c_int)> {
 pub unsafe extern "C" fn bind(fd: c_int, address: *const sockaddr, len: socklen_t) -> c_int {
     // SAFETY: the caller's address, as bind(2) promises it.
     let dest = unsafe { addr::read(address, len) };
-    if let (Some(s), Some(a)) = (settings(), dest) {
-        if ordo_attach::through_tunnel(&s.routes, a.ip()) && socket_type(fd) == Some(libc::SOCK_STREAM) {
-            let a = addr::unmapped(a);
-            return guarded(|| match sockets::socket_inode(fd) {
-                Some(inode) => {
-                    sockets::bound(inode, a);
-                    0
-                }
-                None => {
-                    set_errno(libc::ENOTSOCK);
-                    -1
-                }
-            });
+    let stream = |s: &Settings, a: std::net::SocketAddr| {
+        (ordo_attach::through_tunnel(&s.routes, a.ip()) || a.ip().is_unspecified())
+            && socket_type(fd) == Some(libc::SOCK_STREAM)
+    };
+    let Some((a, wildcard)) = settings()
+        .zip(dest)
+        .filter(|(s, a)| stream(s, *a))
+        .map(|(_, a)| (addr::unmapped(a), a.ip().is_unspecified()))
+    else {
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { real::bind(fd, address, len) };
+    };
+    if wildcard {
+        // SAFETY: the caller's arguments, unchanged.
+        let r = unsafe { real::bind(fd, address, len) };
+        if r == 0 {
+            if let Some(inode) = sockets::socket_inode(fd) {
+                let _ = std::panic::catch_unwind(|| sockets::bound(inode, a));
+            }
         }
+        return r;
     }
-    // SAFETY: the caller's arguments, unchanged.
-    unsafe { real::bind(fd, address, len) }
+    guarded(|| match sockets::socket_inode(fd) {
+        Some(inode) => {
+            sockets::bound(inode, a);
+            0
+        }
+        None => {
+            set_errno(libc::ENOTSOCK);
+            -1
+        }
+    })
 }
 
 /// listen(2): a socket bound to a tunnel address listens in the stack; its descriptor
 /// becomes the listening end of a Unix seqpacket pair over which the service sends each
-/// connection it accepts.
+/// connection it accepts. One bound to the unspecified address listens in the kernel too, and
+/// the service hands over the kernel's connections on the same pair.
 ///
 /// # Safety
 /// As listen(2).
@@ -874,23 +898,49 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         let inode = sockets::socket_inode(fd)?;
         Some((s, inode, sockets::bound_to(inode)?))
     }) {
+        if local.ip().is_unspecified() {
+            // SAFETY: the caller's arguments, unchanged.
+            let r = unsafe { real::listen(fd, backlog) };
+            if r != 0 {
+                return r;
+            }
+        }
         return guarded(|| listen_in_stack(s, fd, inode, local));
     }
     // SAFETY: the caller's arguments, unchanged.
     unsafe { real::listen(fd, backlog) }
 }
 
-fn listen_in_stack(s: &Settings, fd: c_int, inode: u64, local: std::net::SocketAddr) -> c_int {
+fn listen_in_stack(s: &Settings, fd: c_int, inode: u64, mut local: std::net::SocketAddr) -> c_int {
     let Some(family) = socket_family(fd) else {
         set_errno(libc::ENOTSOCK);
         return -1;
     };
+    let wildcard = local.ip().is_unspecified();
+    let mut v6_only = false;
+    if wildcard {
+        // The kernel's socket listens already: its port (chosen by the kernel for port 0),
+        // and whether it takes IPv4 too.
+        // SAFETY: sockaddr_storage is plain data for which all zeros is valid.
+        let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
+        // SAFETY: a sockaddr_storage and its length for the kernel's answer.
+        if unsafe { real::getsockname(fd, (&mut name as *mut libc::sockaddr_storage).cast(), &mut len) } != 0 {
+            return -1;
+        }
+        // SAFETY: the kernel wrote a socket address of `len` bytes.
+        if let Some(a) = unsafe { addr::read((&name as *const libc::sockaddr_storage).cast(), len) } {
+            local.set_port(a.port());
+        }
+        v6_only = family == libc::AF_INET6 && ipv6_only(fd);
+    }
     let request = Request {
         op: Op::ListenTcp,
         addr: local,
         nonblocking: None,
+        v6_only,
     };
-    let (reply, new) = match stand_in_from_service(s, fd, libc::SOCK_SEQPACKET, &request) {
+    let (reply, new) = match stand_in_from_service(s, fd, libc::SOCK_SEQPACKET, &request, wildcard) {
         Ok(r) => r,
         Err(r) => return r,
     };
@@ -908,6 +958,23 @@ fn listen_in_stack(s: &Settings, fd: c_int, inode: u64, local: std::net::SocketA
         });
     }
     0
+}
+
+/// Whether an IPv6 socket is IPV6_V6ONLY.
+fn ipv6_only(fd: c_int) -> bool {
+    let mut v: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: `v` and `len` are valid for an int option.
+    let r = unsafe {
+        real::getsockopt(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_V6ONLY,
+            (&mut v as *mut c_int).cast(),
+            &mut len,
+        )
+    };
+    r == 0 && v != 0
 }
 
 /// accept(2).
@@ -958,6 +1025,10 @@ unsafe fn accept_from_stack(
     if !address.is_null() && !len.is_null() {
         // SAFETY: the caller's buffer and length.
         unsafe { addr::write(accepted.remote, t.family, address, len) };
+    }
+    if accepted.kernel {
+        // The kernel's own TCP socket: nothing to stand in for.
+        return cfd;
     }
     if let Some(inode) = sockets::socket_inode(cfd) {
         sockets::remember(TunnelSocket {

@@ -71,6 +71,7 @@ fn listen_request(addr: &str) -> Vec<u8> {
         op: Op::ListenTcp,
         addr: addr.parse().unwrap(),
         nonblocking: None,
+        v6_only: false,
     }
     .encode()
     .to_vec()
@@ -85,6 +86,7 @@ fn connect_request(addr: &str) -> Vec<u8> {
         op: Op::ConnectTcp,
         addr: addr.parse().unwrap(),
         nonblocking: None,
+        v6_only: false,
     }
     .encode()
     .to_vec()
@@ -220,6 +222,7 @@ fn listen_and_non_blocking_requests_are_checked() {
             filler: 0,
             sndbuf: 4096,
         }),
+        v6_only: false,
     }
     .encode();
     let (_e, theirs) = pair();
@@ -234,6 +237,7 @@ fn udp_sockets_are_checked_and_their_datagrams_leave_as_sent() {
             op: Op::ConnectUdp,
             addr: addr.parse().unwrap(),
             nonblocking: None,
+            v6_only: false,
         }
         .encode()
     };
@@ -283,4 +287,91 @@ fn udp_sockets_are_checked_and_their_datagrams_leave_as_sent() {
         .into_iter()
         .find(|c| c.name == "drop_stack_datagram_too_big");
     assert_eq!(too_big.map(|c| c.value), Some(1));
+}
+
+/// A server bound to the unspecified address listens on the stack's addresses and, through
+/// the kernel socket it passes, on the host's: the kernel's connections come over the same
+/// pair, as the kernel's sockets. The second descriptor must be that: a TCP socket listening
+/// on the request's port. Listeners whose addresses overlap exclude each other, as the
+/// kernel's do; IPv4 and an IPV6_V6ONLY `::` do not.
+#[test]
+fn a_wildcard_listener_takes_the_kernel_s_connections_too() {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned};
+    use std::net::{TcpListener, TcpStream};
+    let r = start();
+    let errno = |request: &Request, fds: &[i32]| -> Option<i32> {
+        let mut c = UnixStream::connect(&r.socket).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let cmsgs = [ControlMessage::ScmRights(fds)];
+        sendmsg::<()>(
+            c.as_raw_fd(),
+            &[IoSlice::new(&request.encode())],
+            &cmsgs,
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+        let mut reply = [0u8; REPLY_LEN];
+        c.read_exact(&mut reply).ok()?;
+        Some(Reply::decode(&reply).unwrap().errno)
+    };
+    let listen = |addr: &str, v6_only: bool| Request {
+        op: Op::ListenTcp,
+        addr: addr.parse().unwrap(),
+        nonblocking: None,
+        v6_only,
+    };
+    let kernel = TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = kernel.local_addr().unwrap().port();
+    let wildcard = listen(&format!("0.0.0.0:{port}"), false);
+    // Not a listening TCP socket: a Unix socket, a TCP socket not listening, another port.
+    let (_a, stream) = pair();
+    let other = TcpListener::bind("0.0.0.0:0").unwrap();
+    let idle = TcpStream::connect(other.local_addr().unwrap()).unwrap();
+    for bad in [stream.as_raw_fd(), idle.as_raw_fd(), other.as_raw_fd()] {
+        let (_b, sp) = seqpacket_pair();
+        assert_eq!(errno(&wildcard, &[sp.as_raw_fd(), bad]), Some(libc::EPROTO));
+    }
+    // Nor on a specific address.
+    let (_c, sp) = seqpacket_pair();
+    let specific = listen(&format!("10.99.0.1:{port}"), false);
+    assert_eq!(
+        errno(&specific, &[sp.as_raw_fd(), kernel.as_raw_fd()]),
+        Some(libc::EPROTO)
+    );
+    // The good one.
+    let (app, sp) = seqpacket_pair();
+    assert_eq!(errno(&wildcard, &[sp.as_raw_fd(), kernel.as_raw_fd()]), Some(0));
+    drop((sp, kernel));
+    // Overlapping listeners are refused; an IPv6-only one on the same port is not.
+    for (request, want) in [
+        (specific, libc::EADDRINUSE),
+        (listen(&format!("[::]:{port}"), false), libc::EADDRINUSE),
+        (listen(&format!("[::]:{port}"), true), 0),
+    ] {
+        let (_d, sp) = seqpacket_pair();
+        assert_eq!(errno(&request, &[sp.as_raw_fd()]), Some(want), "{:?}", request.addr);
+    }
+    // A connection to the host's loopback arrives over the application's end, with the
+    // kernel's socket, which carries the bytes both ways.
+    let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; ordo_attach::ACCEPTED_LEN];
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let msg = recvmsg::<()>(app.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::empty()).unwrap();
+    let fd = match msg.cmsgs().unwrap().next() {
+        Some(ControlMessageOwned::ScmRights(fds)) => fds[0],
+        other => panic!("no descriptor: {other:?}"),
+    };
+    let accepted = ordo_attach::Accepted::decode(&buf).unwrap();
+    assert!(accepted.kernel);
+    assert_eq!(accepted.local, format!("127.0.0.1:{port}").parse().unwrap());
+    assert_eq!(accepted.remote, client.local_addr().unwrap());
+    // SAFETY: the descriptor the message just brought, ours alone.
+    let mut conn = unsafe { <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    conn.write_all(b"from the server").unwrap();
+    let mut got = [0u8; 15];
+    client.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"from the server");
 }

@@ -76,6 +76,7 @@ pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer,
         op: Op::ConnectTcp,
         addr: dest,
         nonblocking: Some(filler),
+        v6_only: false,
     };
     // No stack to ask: fail closed, as the library does.
     let control =
@@ -144,6 +145,7 @@ fn connect_datagram(call: Stopped, family: i32, socket: &Path, dest: SocketAddr)
         op: Op::ConnectUdp,
         addr: dest,
         nonblocking: None,
+        v6_only: false,
     };
     let control = ask(socket, &request, &[service_end.as_raw_fd()]).map_err(|_| libc::ENETUNREACH)?;
     drop(service_end);

@@ -22,7 +22,7 @@ use smoltcp::socket::{tcp, udp};
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint};
 use std::collections::HashSet;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -128,12 +128,55 @@ const LISTEN_BACKLOG: usize = 8;
 
 /// An application's listening socket in the stack.
 struct Listener {
+    /// One of the stack's addresses, or the unspecified address of a family: all of the
+    /// stack's addresses the listener [`takes`].
     local: SocketAddr,
+    /// On `::`: IPv6 connections only.
+    v6_only: bool,
     /// The service's end of the application's listening socket (a Unix seqpacket pair):
     /// each accepted connection is sent over it with its descriptor.
     app: OwnedFd,
-    /// The stack's sockets listening on `local`.
-    ready: Vec<SocketHandle>,
+    /// The stack's sockets listening for it, [`LISTEN_BACKLOG`] on each address it takes.
+    ready: Vec<ListeningSocket>,
+    /// On the unspecified address: the application's kernel socket listening on the same
+    /// port, whose connections are handed over as they are.
+    kernel: Option<TcpListener>,
+    /// The application's end had no room for the last connection: wait until it has,
+    /// leaving the kernel's connections in the kernel's backlog meanwhile.
+    app_full: bool,
+}
+
+/// A socket of the stack listening on one address for a [`Listener`].
+struct ListeningSocket {
+    addr: IpAddr,
+    handle: SocketHandle,
+}
+
+/// Whether a listener on `local` (`v6_only` on `::`) takes connections to `ip`.
+fn takes(local: SocketAddr, v6_only: bool, ip: IpAddr) -> bool {
+    match local.ip() {
+        IpAddr::V4(a) if a.is_unspecified() => ip.is_ipv4(),
+        IpAddr::V6(a) if a.is_unspecified() => ip.is_ipv6() || !v6_only,
+        a => a == ip,
+    }
+}
+
+/// Whether two listeners would take connections to the same address and port (the second
+/// bind fails with EADDRINUSE, as the kernel's does).
+fn overlaps(a: &Listener, local: SocketAddr, v6_only: bool) -> bool {
+    if a.local.port() != local.port() {
+        return false;
+    }
+    let probes: [IpAddr; 2] = [Ipv4Addr::UNSPECIFIED.into(), Ipv6Addr::UNSPECIFIED.into()];
+    match (a.local.ip().is_unspecified(), local.ip().is_unspecified()) {
+        (false, false) => a.local.ip() == local.ip(),
+        (false, true) => takes(local, v6_only, a.local.ip()),
+        (true, false) => takes(a.local, a.v6_only, local.ip()),
+        // Two wildcards: a family both take (the unspecified addresses stand for theirs).
+        (true, true) => probes
+            .iter()
+            .any(|p| takes(a.local, a.v6_only, *p) && takes(local, v6_only, *p)),
+    }
 }
 
 /// A connection of an application through the stack.
@@ -286,7 +329,14 @@ impl State {
         // A listener's application closing it wakes us (POLLHUP, reported whatever the
         // events); a connection that waited for room in its queue is tried again at the
         // stack's next timer or packet.
-        fds.extend(self.listeners.iter().map(|l| pollfd(l.app.as_raw_fd(), 0)));
+        // A listener whose application had no room for a connection wakes us when it has;
+        // one with a kernel socket, when that has a connection to hand over.
+        for l in &self.listeners {
+            fds.push(pollfd(l.app.as_raw_fd(), if l.app_full { libc::POLLOUT } else { 0 }));
+            if let (Some(k), false) = (&l.kernel, l.app_full) {
+                fds.push(pollfd(k.as_raw_fd(), libc::POLLIN));
+            }
+        }
         for c in &self.connections {
             let s = self.sockets.get::<tcp::Socket>(c.handle);
             let mut events = 0;
@@ -431,11 +481,19 @@ impl State {
                 }
             }
             Op::ListenTcp => {
-                let app = match <[OwnedFd; 1]>::try_from(p.passed) {
-                    Ok([fd]) if is_unix(fd.as_raw_fd(), libc::SOCK_SEQPACKET) => fd,
+                let mut passed = p.passed.into_iter();
+                let app = match passed.next() {
+                    Some(fd) if is_unix(fd.as_raw_fd(), libc::SOCK_SEQPACKET) => fd,
                     _ => return reply(&p.control, libc::EPROTO, None, None),
                 };
-                match self.listen(request.addr, app) {
+                let kernel = match passed.next() {
+                    None => None,
+                    Some(fd) => match kernel_listener(fd, request.addr) {
+                        Some(k) => Some(k),
+                        None => return reply(&p.control, libc::EPROTO, None, None),
+                    },
+                };
+                match self.listen(request.addr, request.v6_only, app, kernel) {
                     Ok(local) => reply(&p.control, 0, Some(local), None),
                     Err(errno) => reply(&p.control, errno, None, None),
                 }
@@ -443,116 +501,152 @@ impl State {
         }
     }
 
-    /// Starts listening on `local` (port 0: one of the stack's free ports) for `app`.
-    fn listen(&mut self, mut local: SocketAddr, app: OwnedFd) -> Result<SocketAddr, i32> {
-        if !self.addresses.contains(&local.ip()) {
+    /// Starts listening on `local` (port 0: one of the stack's free ports) for `app`, and,
+    /// with `kernel`, handing over that socket's connections too.
+    fn listen(
+        &mut self,
+        mut local: SocketAddr,
+        v6_only: bool,
+        app: OwnedFd,
+        kernel: Option<TcpListener>,
+    ) -> Result<SocketAddr, i32> {
+        let wildcard = local.ip().is_unspecified();
+        if !wildcard && !self.addresses.contains(&local.ip()) {
             return Err(libc::EADDRNOTAVAIL);
         }
         if self.listeners.len() >= MAX_CONNECTIONS {
             return Err(libc::EMFILE);
         }
         set_nonblocking(app.as_raw_fd()).map_err(|e| errno_of(&e))?;
+        if let Some(k) = &kernel {
+            k.set_nonblocking(true).map_err(|e| errno_of(&e))?;
+        }
         if local.port() == 0 {
             local.set_port(self.take_port().ok_or(libc::EADDRNOTAVAIL)?);
-        } else if !self.ports_in_use.insert(local.port()) {
-            return Err(libc::EADDRINUSE);
+        } else {
+            if self.listeners.iter().any(|l| overlaps(l, local, v6_only)) {
+                return Err(libc::EADDRINUSE);
+            }
+            // A port already listened on (on other addresses) is the listeners' already; any
+            // other in use is a connection's.
+            let shared = self.listeners.iter().any(|l| l.local.port() == local.port());
+            if !shared && !self.ports_in_use.insert(local.port()) {
+                return Err(libc::EADDRINUSE);
+            }
         }
         let mut l = Listener {
             local,
+            v6_only,
             app,
             ready: Vec::new(),
+            kernel,
+            app_full: false,
         };
-        for _ in 0..LISTEN_BACKLOG {
-            l.ready.push(self.listening_socket(local));
+        let addresses: Vec<IpAddr> = (self.addresses.iter().copied())
+            .filter(|a| takes(local, v6_only, *a))
+            .collect();
+        for addr in addresses {
+            for _ in 0..LISTEN_BACKLOG {
+                let handle = self.listening_socket(addr, local.port());
+                l.ready.push(ListeningSocket { addr, handle });
+            }
         }
         self.listeners.push(l);
         Ok(local)
     }
 
-    fn listening_socket(&mut self, local: SocketAddr) -> SocketHandle {
+    fn listening_socket(&mut self, addr: IpAddr, port: u16) -> SocketHandle {
         let mut socket = new_tcp_socket();
         // Listening on an address of ours and a port of ours cannot fail.
-        let _ = socket.listen(IpEndpoint::new(IpAddress::from(local.ip()), local.port()));
+        let _ = socket.listen(IpEndpoint::new(IpAddress::from(addr), port));
         self.sockets.add(socket)
     }
 
-    /// Hands each listener's newly established connections to its application; ends the
-    /// listeners whose application closed them.
+    /// Hands each listener's newly established connections to its application, the
+    /// kernel's too; ends the listeners whose application closed them.
     fn accept_connections(&mut self) {
         let mut i = 0;
         while i < self.listeners.len() {
             if peer_closed(self.listeners[i].app.as_raw_fd()) {
                 let l = self.listeners.swap_remove(i);
-                for h in l.ready {
+                for r in l.ready {
                     // Connections established but never accepted: reset, as the kernel does
                     // when a listening socket with a backlog is closed. The RST leaves with
                     // the stack's next poll, before which nothing reuses the handle.
-                    let s = self.sockets.get_mut::<tcp::Socket>(h);
+                    let s = self.sockets.get_mut::<tcp::Socket>(r.handle);
                     if s.state() == tcp::State::Listen {
-                        self.sockets.remove(h);
+                        self.sockets.remove(r.handle);
                     } else {
                         s.abort();
-                        self.closing.push(h);
+                        self.closing.push(r.handle);
                     }
                 }
-                self.ports_in_use.remove(&l.local.port());
+                if !self.listeners.iter().any(|o| o.local.port() == l.local.port()) {
+                    self.ports_in_use.remove(&l.local.port());
+                }
                 continue;
             }
-            let mut k = 0;
-            // At the bound, established connections wait in the backlog (and further SYNs
-            // find no listening socket) until others end.
-            while k < self.listeners[i].ready.len() && self.connections.len() < MAX_CONNECTIONS {
-                let h = self.listeners[i].ready[k];
-                let s = self.sockets.get_mut::<tcp::Socket>(h);
-                match s.state() {
-                    tcp::State::Listen | tcp::State::SynReceived => {
-                        k += 1;
-                        continue;
-                    }
-                    tcp::State::Closed => {
-                        // Reset before it was established: listen again.
-                        let local = self.listeners[i].local;
-                        let _ = s.listen(IpEndpoint::new(IpAddress::from(local.ip()), local.port()));
-                        k += 1;
-                        continue;
-                    }
-                    _ => {}
-                }
-                let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint()) else {
-                    k += 1;
-                    continue;
-                };
-                let accepted = ordo_attach::Accepted {
-                    local: to_std(local),
-                    remote: to_std(remote),
-                };
-                let Ok((ours, theirs)) = stream_pair() else {
-                    k += 1;
-                    continue;
-                };
-                if send_accepted(self.listeners[i].app.as_raw_fd(), &accepted, theirs.as_raw_fd()).is_err() {
-                    // The application's queue is full: it gets the connection when it
-                    // has accepted others.
-                    k += 1;
-                    continue;
-                }
-                drop(theirs);
-                let local = self.listeners[i].local;
-                let fresh = self.listening_socket(local);
-                self.listeners[i].ready[k] = fresh;
-                self.connections.push(Connection {
-                    handle: h,
-                    app: ours,
-                    // The listener's port stays taken while it listens.
-                    local_port: 0,
-                    waiting: None,
-                    app_done_writing: false,
-                    told_app_eof: false,
-                    unfill: None,
-                });
-                k += 1;
-            }
+            self.accept_from_stack(i);
+            hand_over_kernel_connections(&mut self.listeners[i]);
             i += 1;
+        }
+    }
+
+    /// The stack's established connections of listener `i`, to its application.
+    fn accept_from_stack(&mut self, i: usize) {
+        let mut k = 0;
+        // At the bound, established connections wait in the backlog (and further SYNs find
+        // no listening socket) until others end.
+        while k < self.listeners[i].ready.len() && self.connections.len() < MAX_CONNECTIONS {
+            let ListeningSocket { addr, handle: h } = self.listeners[i].ready[k];
+            let port = self.listeners[i].local.port();
+            let s = self.sockets.get_mut::<tcp::Socket>(h);
+            match s.state() {
+                tcp::State::Listen | tcp::State::SynReceived => {
+                    k += 1;
+                    continue;
+                }
+                tcp::State::Closed => {
+                    // Reset before it was established: listen again.
+                    let _ = s.listen(IpEndpoint::new(IpAddress::from(addr), port));
+                    k += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            let (Some(local), Some(remote)) = (s.local_endpoint(), s.remote_endpoint()) else {
+                k += 1;
+                continue;
+            };
+            let accepted = ordo_attach::Accepted {
+                local: to_std(local),
+                remote: to_std(remote),
+                kernel: false,
+            };
+            let Ok((ours, theirs)) = stream_pair() else {
+                k += 1;
+                continue;
+            };
+            if send_accepted(self.listeners[i].app.as_raw_fd(), &accepted, theirs.as_raw_fd()).is_err() {
+                // The application's queue is full: it gets the connection when it has
+                // accepted others.
+                k += 1;
+                continue;
+            }
+            drop(theirs);
+            let fresh = self.listening_socket(addr, port);
+            self.listeners[i].ready[k].handle = fresh;
+            self.connections.push(Connection {
+                handle: h,
+                app: ours,
+                // The listener's port stays taken while it listens.
+                local_port: 0,
+                waiting: None,
+                app_done_writing: false,
+                told_app_eof: false,
+                unfill: None,
+            });
+            k += 1;
         }
     }
 
@@ -856,6 +950,66 @@ fn send_accepted(fd: RawFd, a: &ordo_attach::Accepted, pass: RawFd) -> io::Resul
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// A listener's connections to its kernel socket, to its application as they are (kernel
+/// sockets: the service relays nothing for them), while its end has room for them.
+fn hand_over_kernel_connections(l: &mut Listener) {
+    let Some(kernel) = &l.kernel else { return };
+    loop {
+        l.app_full = !writable(l.app.as_raw_fd());
+        if l.app_full {
+            return;
+        }
+        let Ok((conn, remote)) = kernel.accept() else { return };
+        let Ok(local) = conn.local_addr() else { continue };
+        let accepted = ordo_attach::Accepted {
+            local,
+            remote,
+            kernel: true,
+        };
+        // Room was checked just above; should the send fail anyway, the connection is
+        // closed (its client sees it reset) rather than kept without bound.
+        let _ = send_accepted(l.app.as_raw_fd(), &accepted, conn.as_raw_fd());
+    }
+}
+
+/// Whether a datagram or record fits in `fd`'s send buffer now.
+fn writable(fd: RawFd) -> bool {
+    let mut p = pollfd(fd, libc::POLLOUT);
+    // SAFETY: one valid pollfd, no waiting.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLOUT != 0 }
+}
+
+/// The application's kernel socket passed with a listen on `addr` (the unspecified address
+/// and a port): a TCP socket listening on that port, or None (the request is refused).
+fn kernel_listener(fd: OwnedFd, addr: SocketAddr) -> Option<TcpListener> {
+    let int = |level, opt| {
+        let mut v: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `v` and `len` are a valid buffer for an int socket option.
+        let r = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                level,
+                opt,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        (r == 0).then_some(v)
+    };
+    let tcp = int(libc::SOL_SOCKET, libc::SO_PROTOCOL) == Some(libc::IPPROTO_TCP)
+        && matches!(
+            int(libc::SOL_SOCKET, libc::SO_DOMAIN),
+            Some(libc::AF_INET | libc::AF_INET6)
+        )
+        && int(libc::SOL_SOCKET, libc::SO_ACCEPTCONN) == Some(1);
+    if !tcp || !addr.ip().is_unspecified() {
+        return None;
+    }
+    let listener = TcpListener::from(fd);
+    (listener.local_addr().ok()?.port() == addr.port()).then_some(listener)
 }
 
 fn to_std(e: IpEndpoint) -> SocketAddr {

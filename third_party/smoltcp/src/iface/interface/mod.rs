@@ -1405,11 +1405,17 @@ impl InterfaceInner {
             // We don't support IPv6 fragmentation yet.
             #[cfg(feature = "proto-ipv6")]
             IpRepr::Ipv6(_) => {
-                // Check if we need to fragment it.
-                if total_ip_len > self.caps.ip_mtu() {
+                // Check if we need to fragment it: not if the device segments it (as for
+                // IPv4 above; without this, every IPv6 packet given to the device to
+                // segment was dropped here).
+                let too_big = total_ip_len > self.caps.ip_mtu();
+                #[cfg(feature = "segmentation-offload")]
+                let too_big = too_big && meta.segmentation_offload_size.is_none();
+                if too_big {
                     net_debug!("IPv6 fragmentation support is unimplemented. Dropping.");
                     Ok(())
                 } else {
+                    tx_token.set_meta(meta);
                     tx_token.consume(total_len, |mut tx_buffer| {
                         #[cfg(feature = "medium-ethernet")]
                         if matches!(self.caps.medium, Medium::Ethernet) {

@@ -1866,3 +1866,47 @@ fn test_solicited_node_multicast_autojoin(#[case] medium: Medium) {
     assert!(!iface.has_multicast_group(addr1.solicited_node()));
     assert!(!iface.has_multicast_group(addr2.solicited_node()));
 }
+
+/// A TCP packet larger than the MTU that the socket asked the device to segment is handed
+/// to the device whole, with its segment size, as IPv4's is; it used to be dropped as if it
+/// needed fragmentation, so an IPv6 TCP sender on a segmenting device lost every burst.
+#[test]
+#[cfg(all(feature = "medium-ip", feature = "segmentation-offload"))]
+fn a_packet_for_segmentation_offload_reaches_the_device_whole() {
+    struct Seen<'a>(&'a mut Vec<(usize, PacketMeta)>, PacketMeta);
+    impl TxToken for Seen<'_> {
+        fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+            let mut buf = vec![0; len];
+            let r = f(&mut buf);
+            self.0.push((len, self.1));
+            r
+        }
+        fn set_meta(&mut self, meta: PacketMeta) {
+            self.1 = meta;
+        }
+    }
+    let (mut iface, _, _) = setup(Medium::Ip);
+    let mtu = iface.inner.caps.ip_mtu();
+    let payload = vec![0u8; 3 * mtu];
+    let repr = Ipv6Repr {
+        src_addr: Ipv6Address::new(0xfe80, 0, 0, 0, 0, 0, 0, 1),
+        dst_addr: Ipv6Address::new(0xfe80, 0, 0, 0, 0, 0, 0, 2),
+        next_header: IpProtocol::Tcp,
+        hop_limit: 64,
+        payload_len: payload.len(),
+    };
+    let mut seen = Vec::new();
+    for segmented in [false, true] {
+        let meta = PacketMeta {
+            segmentation_offload_size: segmented.then(|| 1200.try_into().unwrap()),
+            ..PacketMeta::default()
+        };
+        let packet = Packet::new_ipv6(repr, IpPayload::Raw(&payload));
+        let token = Seen(&mut seen, PacketMeta::default());
+        let _ = iface.inner.dispatch_ip(token, meta, packet, &mut iface.fragmenter);
+    }
+    // Without offload: too big, dropped (no fragmentation for IPv6). With it: whole.
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].0, IPV6_HEADER_LEN + payload.len());
+    assert_eq!(seen[0].1.segmentation_offload_size, Some(1200.try_into().unwrap()));
+}
