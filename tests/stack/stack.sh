@@ -470,44 +470,126 @@ for family, server in [(socket.AF_INET, ('$IN_B', 9999)), (socket.AF_INET6, ('$I
     [[ $got == $'AF_INET 64\nAF_INET6 64' ]] || fail "got: $got"
 }
 
-# What UDP through the stack does not do yet fails closed: a datagram to a tunnel address
-# from an unconnected socket (sendto, sendmsg) gets ENETUNREACH, never leaving by the
-# kernel's route; a socket connected through the tunnel refuses another destination
-# (EISCONN) instead of sending to its remote; UDP elsewhere is the kernel's.
-t_udp_fails_closed() {
+# Unconnected UDP through the stack, IPv4 and IPv6: a socket bound to nothing sends to the
+# far end's echo server with sendto and sendmsg and receives with recvfrom, recvmsg, recv and
+# read (os.read), each reply's source being the server and its payload byte for byte; its
+# name is the stack's (a port, any address). A UDP server bound to the tunnel address under
+# `ordo run` answers datagrams from the far end (recvfrom, sendto each back), which sees
+# the replies come from that address; a socket bound to the tunnel address and then
+# connected sends and receives with send and recv, and names its peer. What cannot be
+# carried fails closed: a datagram to the tunnel from a socket the kernel bound, and one
+# outside the tunnel from an unconnected tunnel socket, get ENETUNREACH; a socket connected
+# through the tunnel refuses another destination (EISCONN). UDP elsewhere is the kernel's.
+t_udp_unconnected() {
     setup
+    udp_echo "$NS_B" "$IN_B" 9999
+    udp_echo "$NS_B" "$IN6_B" 9996
     ip netns exec "$NS_B" "$PY" -c "
 import socket
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind(('$OUT_B', 9999))
-s.settimeout(10)
+s.settimeout(20)
 print(s.recv(100).decode())
-" >"$WORK/udp.out" &
-    local srv=$! got
-    sleep 0.3
-    got=$(ordo_run "$PY" -c "
-import errno, socket
+" >"$WORK/outside.out" &
+    local outside=$! got
+    cat >"$WORK/server.py" <<EOF
+import socket
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-for name, call in [('sendto', lambda: s.sendto(b'x', ('$IN_B', 53))),
-                   ('sendmsg', lambda: s.sendmsg([b'x'], [], 0, ('$IN_B', 53)))]:
+s.bind(('$IN_A', 7777))
+print('bound', flush=True)
+for _ in range(20):
+    data, peer = s.recvfrom(65535)
+    s.sendto(data[::-1], peer)
+EOF
+    cat >"$WORK/client.py" <<EOF
+import errno, os, select, socket
+for family, server in [(socket.AF_INET, ('$IN_B', 9999)), (socket.AF_INET6, ('$IN6_B', 9996))]:
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.settimeout(10)
+    ok = 0
+    for i, size in enumerate([0, 1, 100, 1000] + [37 * k for k in range(1, 30)]):
+        data = os.urandom(size)
+        if i % 2 == 0:
+            s.sendto(data, server)
+        else:
+            s.sendmsg([data[:size // 2], data[size // 2:]], [], 0, server)
+        if i % 4 == 0:
+            back, source = s.recvfrom(65535)
+        elif i % 4 == 1:
+            back, _, _, source = s.recvmsg(65535)
+        elif i % 4 == 2:
+            back, source = s.recv(65535), server
+        else:
+            # A socket with a timeout is non-blocking underneath: wait as python's calls do.
+            assert select.select([s], [], [], 10)[0], 'nothing to read'
+            back, source = os.read(s.fileno(), 65535), server
+        assert back == data, f'datagram {i} of {size} bytes differs: {len(back)}'
+        assert source[:2] == server, f'from {source}'
+        ok += 1
+    name = s.getsockname()
+    assert name[1] != 0 and name[0] in ('0.0.0.0', '::'), name
     try:
-        call()
-        print(name, 'sent')
+        s.sendto(b'x', ('$OUT_B' if family == socket.AF_INET else '::ffff:$OUT_B', 9999))
+        print('outside sent')
     except OSError as e:
-        print(name, e.errno == errno.ENETUNREACH)
+        assert e.errno == errno.ENETUNREACH, e
+    print(family.name, ok)
+# A server under ordo run, reached from the far end: checked there.
 c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-c.connect(('$IN_B', 53))
+c.bind(('$IN_A', 0))
+c.connect(('$IN_B', 9999))
+c.settimeout(10)
+c.send(b'connected')
+assert c.recv(100) == b'connected'
+assert c.getpeername() == ('$IN_B', 9999), c.getpeername()
+assert c.getsockname()[0] == '$IN_A', c.getsockname()
+print('connected ok')
+k = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+k.bind(('0.0.0.0', 0))
+try:
+    k.sendto(b'x', ('$IN_B', 9999))
+    print('kernel-bound sent')
+except OSError as e:
+    print('kernel-bound', e.errno == errno.ENETUNREACH)
+t = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+t.connect(('$IN_B', 53))
 for dest in [('$IN_B', 54), ('$OUT_B', 9999)]:
     try:
-        c.sendto(b'x', dest)
+        t.sendto(b'x', dest)
         print('connected', 'sent')
     except OSError as e:
         print('connected', e.errno == errno.EISCONN)
-s.sendto(b'outside', ('$OUT_B', 9999))
-") || fail "the program failed: $got"
-    [[ $got == $'sendto True\nsendmsg True\nconnected True\nconnected True' ]] || fail "got: $got"
-    wait $srv
-    [[ $(cat "$WORK/udp.out") == outside ]] || fail "the datagram outside the tunnel did not arrive"
+k.sendto(b'outside', ('$OUT_B', 9999))
+EOF
+    # The server and the client under one `ordo run` (one interface, one listen port).
+    as_user "$ORDO" run -c "$CONF" -- sh -c \
+        "$PY $WORK/server.py >$OUT/server.out 2>&1 & $PY $WORK/client.py >$OUT/client.out 2>&1; wait" &
+    local run=$!
+    for _ in $(seq 50); do
+        grep bound "$OUT/server.out" >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    got=$(ip netns exec "$NS_B" "$PY" -c "
+import os, socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('$IN_B', 0))
+s.settimeout(10)
+ok = 0
+for i in range(20):
+    data = os.urandom(1 + 50 * i)
+    s.sendto(data, ('$IN_A', 7777))
+    back, source = s.recvfrom(65535)
+    assert back == data[::-1] and source == ('$IN_A', 7777), (len(back), source)
+    ok += 1
+print(ok)
+") || fail "the server under ordo run did not answer: $got"
+    [[ $got == 20 ]] || fail "server: $got"
+    wait $run || fail "the programs failed: $(cat "$OUT/server.out" "$OUT/client.out")"
+    got=$(cat "$OUT/client.out")
+    [[ $got == $'AF_INET 33\nAF_INET6 33\nconnected ok\nkernel-bound True\nconnected True\nconnected True' ]] ||
+        fail "got: $got"
+    wait $outside
+    [[ $(cat "$WORK/outside.out") == outside ]] || fail "the datagram outside the tunnel did not arrive"
 }
 
 # Names resolve through the tunnel's name server (`DNS =`, with a search domain): dnsmasq
@@ -745,7 +827,7 @@ run_test "curl_download[$PEER]" t_curl_download
 run_test "servers[$PEER]" t_servers
 run_test "wildcard_server[$PEER]" t_wildcard_server
 run_test "udp[$PEER]" t_udp
-run_test "udp_fails_closed[$PEER]" t_udp_fails_closed
+run_test "udp_unconnected[$PEER]" t_udp_unconnected
 run_test "dns[$PEER]" t_dns
 run_test "ssh[$PEER]" t_ssh
 run_test "shared[$PEER]" t_shared

@@ -34,7 +34,7 @@ pub const VERSION: u8 = 2;
 /// Bytes of an encoded [`Request`].
 pub const REQUEST_LEN: usize = 36;
 /// Bytes of an encoded [`Reply`].
-pub const REPLY_LEN: usize = 48;
+pub const REPLY_LEN: usize = 56;
 
 /// What an application asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +55,14 @@ pub enum Op {
     /// Unix seqpacket pair, over which each record is one datagram, each way (payload only:
     /// the socket has one remote).
     ConnectUdp,
+    /// Bind a UDP socket of the stack to the address (one of the stack's, or the
+    /// unspecified address for all of them; port 0 for a free one): an unconnected socket,
+    /// which sends to and receives from anyone through the tunnel. The request carries the
+    /// service's end of a Unix seqpacket pair; each record on it is a datagram with its
+    /// address: from the service, a [`Source`] and the payload; from the application, a
+    /// [`SendHeader`] (which starts with the reply's [`Reply::marker`]) and the payload, or
+    /// the payload alone, for the socket's remote once it is connected.
+    BindUdp,
 }
 
 impl Op {
@@ -63,6 +71,7 @@ impl Op {
             Op::ConnectTcp => 1,
             Op::ListenTcp => 2,
             Op::ConnectUdp => 3,
+            Op::BindUdp => 4,
         }
     }
 
@@ -71,6 +80,7 @@ impl Op {
             1 => Some(Op::ConnectTcp),
             2 => Some(Op::ListenTcp),
             3 => Some(Op::ConnectUdp),
+            4 => Some(Op::BindUdp),
             _ => None,
         }
     }
@@ -139,6 +149,86 @@ pub struct Reply {
     pub local: Option<SocketAddr>,
     /// The connection's remote address (getpeername), when it has one.
     pub remote: Option<SocketAddr>,
+    /// For [`Op::BindUdp`]: the bytes that start each of the application's records that
+    /// carries a [`SendHeader`], chosen at random by the service for the socket. A record
+    /// that does not start with them is a payload alone; no payload can pass for a header
+    /// unless its sender knows them.
+    pub marker: Option<[u8; MARKER_LEN]>,
+}
+
+/// Bytes of a [`Reply::marker`].
+pub const MARKER_LEN: usize = 8;
+/// Bytes of an encoded [`Source`], before the payload of each record from the service on an
+/// unconnected UDP socket.
+pub const SOURCE_LEN: usize = 20;
+/// Bytes of an encoded [`SendHeader`] with its marker, before the payload of a record from
+/// the application on an unconnected UDP socket.
+pub const SEND_HEADER_LEN: usize = MARKER_LEN + 20;
+
+/// Where a datagram the service hands an unconnected UDP socket came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source(pub SocketAddr);
+
+impl Source {
+    pub fn encode(&self) -> [u8; SOURCE_LEN] {
+        let mut b = [0u8; SOURCE_LEN];
+        put_addr(&mut b[..19], Some(self.0));
+        b
+    }
+
+    /// The source at the start of `record`.
+    pub fn decode(record: &[u8]) -> Result<Source, DecodeError> {
+        let b = record.get(..SOURCE_LEN).ok_or(DecodeError::Length)?;
+        if b[19] != 0 {
+            return Err(DecodeError::Flags);
+        }
+        Ok(Source(get_addr(&b[..19])?.ok_or(DecodeError::Family(0))?))
+    }
+}
+
+/// What an application's marked record on an unconnected UDP socket says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendHeader {
+    /// The payload after the header is a datagram to this address.
+    To(SocketAddr),
+    /// connect(2): from now on the socket receives from this address only, and a record
+    /// without a header goes to it. No payload.
+    Connect(SocketAddr),
+}
+
+impl SendHeader {
+    pub fn encode(&self, marker: [u8; MARKER_LEN]) -> [u8; SEND_HEADER_LEN] {
+        let mut b = [0u8; SEND_HEADER_LEN];
+        b[..MARKER_LEN].copy_from_slice(&marker);
+        let (kind, addr) = match self {
+            SendHeader::To(a) => (1, a),
+            SendHeader::Connect(a) => (2, a),
+        };
+        b[MARKER_LEN] = kind;
+        put_addr(&mut b[MARKER_LEN + 1..], Some(*addr));
+        b
+    }
+
+    /// The header at the start of `record`: None if the record does not start with `marker`
+    /// (a payload alone); an error if it does but what follows is not a header.
+    pub fn decode(marker: [u8; MARKER_LEN], record: &[u8]) -> Option<Result<SendHeader, DecodeError>> {
+        if record.get(..MARKER_LEN) != Some(&marker[..]) {
+            return None;
+        }
+        let Some(b) = record.get(MARKER_LEN..SEND_HEADER_LEN) else {
+            return Some(Err(DecodeError::Length));
+        };
+        let addr = match get_addr(&b[1..]) {
+            Ok(Some(a)) => a,
+            Ok(None) => return Some(Err(DecodeError::Family(0))),
+            Err(e) => return Some(Err(e)),
+        };
+        Some(match b[0] {
+            1 => Ok(SendHeader::To(addr)),
+            2 => Ok(SendHeader::Connect(addr)),
+            k => Err(DecodeError::Op(k)),
+        })
+    }
 }
 
 /// Bytes of an encoded [`Accepted`].
@@ -301,6 +391,10 @@ impl Reply {
         b[5..9].copy_from_slice(&self.errno.to_le_bytes());
         put_addr(&mut b[9..28], self.local);
         put_addr(&mut b[28..47], self.remote);
+        if let Some(m) = self.marker {
+            b[47] = 1;
+            b[48..56].copy_from_slice(&m);
+        }
         b
     }
 
@@ -310,6 +404,11 @@ impl Reply {
             errno: i32::from_le_bytes([b[5], b[6], b[7], b[8]]),
             local: get_addr(&b[9..28])?,
             remote: get_addr(&b[28..47])?,
+            marker: match b[47] {
+                0 if b[48..].iter().all(|x| *x == 0) => None,
+                1 => Some(b[48..56].try_into().expect("8 bytes")),
+                _ => return Err(DecodeError::Flags),
+            },
         })
     }
 }
@@ -468,8 +567,27 @@ mod tests {
             errno: 111,
             local: Some("10.0.0.1:40000".parse().unwrap()),
             remote: None,
+            marker: None,
         };
         assert_eq!(Reply::decode(&reply.encode()), Ok(reply));
+        let bound = Reply {
+            errno: 0,
+            local: Some("0.0.0.0:5353".parse().unwrap()),
+            remote: None,
+            marker: Some(*b"\x01\x02\x03\x04\x05\x06\x07\x08"),
+        };
+        assert_eq!(Reply::decode(&bound.encode()), Ok(bound));
+        for a in ["10.0.0.2:53", "[fd00::2]:443"] {
+            let a: SocketAddr = a.parse().unwrap();
+            assert_eq!(Source::decode(&Source(a).encode()), Ok(Source(a)));
+            let marker = *b"ordo-mk!";
+            for h in [SendHeader::To(a), SendHeader::Connect(a)] {
+                let mut record = h.encode(marker).to_vec();
+                record.extend_from_slice(b"payload");
+                assert_eq!(SendHeader::decode(marker, &record), Some(Ok(h)));
+                assert_eq!(SendHeader::decode(*b"another!", &record), None);
+            }
+        }
     }
 
     #[test]
@@ -502,6 +620,33 @@ mod tests {
         let mut b = good;
         b[6] = 0;
         assert_eq!(Request::decode(&b), Err(DecodeError::Family(0)));
+    }
+
+    #[test]
+    fn bad_datagram_headers_are_errors() {
+        let marker = *b"ordo-mk!";
+        let good = SendHeader::To("10.0.0.2:53".parse().unwrap()).encode(marker);
+        assert_eq!(SendHeader::decode(marker, b"payload"), None);
+        assert_eq!(SendHeader::decode(marker, &good[..12]), Some(Err(DecodeError::Length)));
+        let mut b = good;
+        b[MARKER_LEN] = 9;
+        assert_eq!(SendHeader::decode(marker, &b), Some(Err(DecodeError::Op(9))));
+        let mut b = good;
+        b[MARKER_LEN + 1] = 5;
+        assert_eq!(SendHeader::decode(marker, &b), Some(Err(DecodeError::Family(5))));
+        assert_eq!(Source::decode(&[4; 5]), Err(DecodeError::Length));
+        let mut b = Source("10.0.0.2:53".parse().unwrap()).encode();
+        b[19] = 1;
+        assert_eq!(Source::decode(&b), Err(DecodeError::Flags));
+        let mut r = Reply {
+            errno: 0,
+            local: None,
+            remote: None,
+            marker: None,
+        }
+        .encode();
+        r[47] = 2;
+        assert_eq!(Reply::decode(&r), Err(DecodeError::Flags));
     }
 
     #[test]

@@ -17,16 +17,29 @@ pub fn run(data: &[u8]) {
     if let Ok(a) = ordo_attach::Accepted::decode(data) {
         assert_eq!(ordo_attach::Accepted::decode(&a.encode()), Ok(a));
     }
+    // A datagram's header on an unconnected UDP socket, either way, with the marker the
+    // input starts with.
+    if let Ok(src) = ordo_attach::Source::decode(data) {
+        assert_eq!(ordo_attach::Source::decode(&src.encode()), Ok(src));
+    }
+    if let Some(marker) = data.get(..ordo_attach::MARKER_LEN) {
+        let marker: [u8; ordo_attach::MARKER_LEN] = marker.try_into().expect("the marker's length");
+        if let Some(Ok(h)) = ordo_attach::SendHeader::decode(marker, data) {
+            assert_eq!(ordo_attach::SendHeader::decode(marker, &h.encode(marker)), Some(Ok(h)));
+        }
+    }
     // The first bytes of any input, padded or cut to a message's size, reach the fields.
     let mut req = [0u8; REQUEST_LEN];
     let n = data.len().min(REQUEST_LEN);
     req[..n].copy_from_slice(&data[..n]);
-    req[..5].copy_from_slice(b"ORDA\x01");
+    req[..4].copy_from_slice(b"ORDA");
+    req[4] = ordo_attach::VERSION;
     let _ = Request::decode(&req);
     let mut rep = [0u8; REPLY_LEN];
     let n = data.len().min(REPLY_LEN);
     rep[..n].copy_from_slice(&data[..n]);
-    rep[..5].copy_from_slice(b"ORDA\x01");
+    rep[..4].copy_from_slice(b"ORDA");
+    rep[4] = ordo_attach::VERSION;
     let _ = Reply::decode(&rep);
     if let Ok(text) = std::str::from_utf8(data) {
         let routes = parse_routes(text);
@@ -55,10 +68,20 @@ pub fn seeds() -> Vec<Vec<u8>> {
         errno: 0,
         local: Some("[fd99::1]:49152".parse().expect("an address")),
         remote: Some("[fd99::2]:8000".parse().expect("an address")),
+        marker: None,
     };
+    let marker = *b"ordo-mk!";
+    let mut send = ordo_attach::SendHeader::To("10.99.0.2:53".parse().expect("an address"))
+        .encode(marker)
+        .to_vec();
+    send.extend_from_slice(b"payload");
     vec![
         request.encode().to_vec(),
         reply.encode().to_vec(),
+        send,
+        ordo_attach::Source("[fd99::2]:53".parse().expect("an address"))
+            .encode()
+            .to_vec(),
         b"10.99.0.0/24,fd99::/64,0.0.0.0/0".to_vec(),
     ]
 }

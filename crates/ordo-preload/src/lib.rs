@@ -11,8 +11,9 @@
 //! the stack, whose connections `accept` takes; the name and option calls answer for tunnel
 //! sockets as TCP sockets would; epoll registrations survive the swap (`epoll`). A UDP socket
 //! connected to a tunnel address becomes one end of a seqpacket pair whose records are its
-//! datagrams (the receive calls report its remote as their source); datagrams to tunnel
-//! addresses from unconnected sockets fail closed until those are carried. With the tunnel's
+//! datagrams (the receive calls report its remote as their source); an unconnected one, bound
+//! to a tunnel address or sending into the tunnel while bound to nothing, likewise, with
+//! each record carrying its address (`datagram`). With the tunnel's
 //! name servers set, `getaddrinfo` resolves through them (`resolve`). Without the service's
 //! settings in the environment every hook is the C library's own call.
 //!
@@ -22,6 +23,7 @@
 
 mod addr;
 mod attach;
+mod datagram;
 mod epoll;
 mod real;
 mod resolve;
@@ -91,6 +93,9 @@ fn socket_family(fd: c_int) -> Option<c_int> {
 pub unsafe extern "C" fn connect(fd: c_int, address: *const sockaddr, len: socklen_t) -> c_int {
     // SAFETY: the caller's contract is connect(2)'s: `address` has `len` readable bytes.
     let dest = unsafe { addr::read(address, len) };
+    if let (Some(s), Some(t), Some(d)) = (settings(), datagram::addressed(fd), dest) {
+        return guarded(|| datagram::connect(s, fd, &t, addr::unmapped(d)));
+    }
     let tunnel = match (settings(), dest) {
         (Some(s), Some(d)) if ordo_attach::through_tunnel(&s.routes, d.ip()) => Some((s, d)),
         _ => None,
@@ -183,6 +188,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         error: 0,
         listening: false,
         datagram: false,
+        marker: None,
     };
     sockets::remember(entry);
     if nonblocking {
@@ -270,6 +276,7 @@ fn connect_datagram(s: &Settings, fd: c_int, family: c_int, dest: std::net::Sock
             error: 0,
             listening: false,
             datagram: true,
+            marker: None,
         });
     }
     0
@@ -569,9 +576,10 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mu
 enum Destination {
     /// Handed to the C library as it is.
     Kernel,
-    /// Fails with this errno: ENETUNREACH for a tunnel destination from a socket that is
-    /// not connected through the tunnel (unconnected UDP is not carried yet: it fails
-    /// closed, never leaving by the kernel's route); EISCONN for a tunnel UDP socket given
+    /// Fails with this errno: ENETUNREACH for a tunnel destination from a socket that
+    /// cannot reach it (bound by the kernel, or not UDP: it fails closed, never leaving by
+    /// the kernel's route), or for a destination outside the tunnel from an unconnected
+    /// tunnel UDP socket; EISCONN for a connected tunnel UDP socket given
     /// another destination than its remote (the kernel would send there; the stand-in
     /// reaches its remote only, so it must not be handed one it would misdirect).
     Refused(c_int),
@@ -579,6 +587,12 @@ enum Destination {
     /// remote), and the kernel's TCP ignores a destination given to it, where the Unix
     /// stream socket standing in for it fails with EISCONN.
     Dropped,
+    /// An unconnected tunnel UDP socket's datagram to a tunnel address: sent with its header
+    /// (`datagram`).
+    Addressed {
+        to: std::net::SocketAddr,
+        marker: [u8; ordo_attach::MARKER_LEN],
+    },
 }
 
 /// What a send on `fd` to the destination `addr` does.
@@ -600,12 +614,22 @@ unsafe fn destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Desti
         return Destination::Kernel;
     }
     match tunnel_socket(fd) {
+        Some(TunnelSocket {
+            marker: Some(marker), ..
+        }) if to_tunnel => Destination::Addressed { to: dest, marker },
+        Some(TunnelSocket { marker: Some(_), .. }) => Destination::Refused(libc::ENETUNREACH),
         Some(t) if t.datagram && t.remote != Some(dest) => Destination::Refused(libc::EISCONN),
         // The stand-in would ignore it (a Unix seqpacket socket) or refuse it (a stream
         // one); left out, no tunnel destination ever reaches the kernel from the library,
         // and `ordo run`'s supervisor refuses any that does (crates/ordo/src/run/supervise.rs).
         Some(_) => Destination::Dropped,
-        None if to_tunnel => Destination::Refused(libc::ENETUNREACH),
+        // A UDP socket bound to nothing yet: bound in the stack by its first datagram, as
+        // the kernel binds it on its first send.
+        None if to_tunnel => match std::panic::catch_unwind(|| datagram::bind_for_send(s, fd, dest)) {
+            Ok(Ok(marker)) => Destination::Addressed { to: dest, marker },
+            Ok(Err(errno)) => Destination::Refused(errno),
+            Err(_) => Destination::Refused(libc::EIO),
+        },
         None => Destination::Kernel,
     }
 }
@@ -631,6 +655,14 @@ pub unsafe extern "C" fn sendto(
         }
         // SAFETY: the caller's buffer, without the destination.
         Destination::Dropped => unsafe { real::sendto(fd, buf, len, flags, std::ptr::null(), 0) },
+        Destination::Addressed { to, marker } => {
+            let iov = libc::iovec {
+                iov_base: buf as *mut libc::c_void,
+                iov_len: len,
+            };
+            // SAFETY: one iovec of the caller's buffer.
+            unsafe { datagram::send_to(fd, marker, to, &iov, 1, flags) }
+        }
         // SAFETY: the caller's arguments, unchanged.
         Destination::Kernel => unsafe { real::sendto(fd, buf, len, flags, addr, addr_len) },
     }
@@ -657,6 +689,12 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
                 // SAFETY: the caller's message, without the destination.
                 return unsafe { real::sendmsg(fd, &m, flags) };
             }
+            Destination::Addressed { to, marker } => {
+                // Its payload with the header; its control messages (the IP options of
+                // the kernel's sockets) are not carried.
+                // SAFETY: the caller's message's iovecs, as sendmsg(2) promises them.
+                return unsafe { datagram::send_to(fd, marker, to, (*msg).msg_iov, (*msg).msg_iovlen, flags) };
+            }
             Destination::Kernel => {}
         }
     }
@@ -671,6 +709,30 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
 /// As sendmmsg(2).
 #[no_mangle]
 pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int) -> c_int {
+    if settings().is_some() && !msgs.is_null() && n > 0 {
+        // SAFETY: `msgs` has `n` > 0 entries.
+        let first = unsafe { &(*msgs).msg_hdr };
+        // An unconnected tunnel UDP socket (or one the first message makes so): each message
+        // is a record of its own, sent as sendmsg sends it.
+        let addressed = datagram::addressed(fd).is_some()
+            // SAFETY: the first entry's own destination.
+            || matches!(unsafe { destination(fd, first.msg_name.cast(), first.msg_namelen) }, Destination::Addressed { .. });
+        if addressed {
+            let mut sent = 0;
+            for i in 0..n as usize {
+                // SAFETY: entry `i` < `n` of the caller's array.
+                let m = unsafe { &mut *msgs.add(i) };
+                // SAFETY: the entry's own header.
+                let r = unsafe { sendmsg(fd, &m.msg_hdr, flags) };
+                if r < 0 {
+                    return if sent == 0 { -1 } else { sent };
+                }
+                m.msg_len = r as libc::c_uint;
+                sent += 1;
+            }
+            return sent;
+        }
+    }
     let mut allowed = n;
     let mut refused = 0;
     let mut dropped = false;
@@ -686,7 +748,8 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::
                     break;
                 }
                 Destination::Dropped => dropped = true,
-                Destination::Kernel => {}
+                // Taken above.
+                Destination::Addressed { .. } | Destination::Kernel => {}
             }
         }
     }
@@ -746,6 +809,14 @@ pub unsafe extern "C" fn recvfrom(
     addr: *mut sockaddr,
     addr_len: *mut socklen_t,
 ) -> libc::ssize_t {
+    if let Some(t) = datagram::addressed(fd) {
+        let iov = libc::iovec {
+            iov_base: buf,
+            iov_len: len,
+        };
+        // SAFETY: one iovec of the caller's buffer; the caller's address buffer.
+        return unsafe { datagram::recv(fd, t.family, &iov, 1, flags, addr, addr_len, std::ptr::null_mut()) };
+    }
     // Only a caller asking where the datagram came from needs the look-up.
     let source = if addr.is_null() || addr_len.is_null() {
         None
@@ -774,6 +845,30 @@ pub unsafe extern "C" fn recvfrom(
 /// As recvmsg(2).
 #[no_mangle]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> libc::ssize_t {
+    if let (Some(t), false) = (datagram::addressed(fd), msg.is_null()) {
+        // SAFETY: the caller's message header, as recvmsg(2) promises it.
+        let m = unsafe { &mut *msg };
+        // No control messages come with the stack's datagrams.
+        m.msg_controllen = 0;
+        let (name, name_len) = if m.msg_name.is_null() {
+            (std::ptr::null_mut(), std::ptr::null_mut())
+        } else {
+            (m.msg_name.cast(), &mut m.msg_namelen as *mut socklen_t)
+        };
+        // SAFETY: the header's iovecs and name buffer, as recvmsg(2) promises them.
+        return unsafe {
+            datagram::recv(
+                fd,
+                t.family,
+                m.msg_iov,
+                m.msg_iovlen,
+                flags,
+                name,
+                name_len,
+                &mut m.msg_flags,
+            )
+        };
+    }
     // SAFETY: `msg` is null or the caller's message header, as recvmsg(2) promises it.
     let source = if msg.is_null() || unsafe { (*msg).msg_name.is_null() } {
         None
@@ -807,6 +902,24 @@ pub unsafe extern "C" fn recvmmsg(
     flags: c_int,
     timeout: *mut libc::timespec,
 ) -> c_int {
+    if let (Some(_), false) = (datagram::addressed(fd), msgs.is_null()) {
+        // One record at a time: the first as the caller's flags say, the rest only those
+        // already there (as MSG_WAITFORONE; the timeout is not applied).
+        let mut got = 0;
+        for i in 0..n as usize {
+            let f = if i == 0 { flags } else { flags | libc::MSG_DONTWAIT };
+            // SAFETY: entry `i` < `n` of the caller's array.
+            let m = unsafe { &mut *msgs.add(i) };
+            // SAFETY: the entry's own header.
+            let r = unsafe { recvmsg(fd, &mut m.msg_hdr, f) };
+            if r < 0 {
+                return if got == 0 { -1 } else { got };
+            }
+            m.msg_len = r as libc::c_uint;
+            got += 1;
+        }
+        return got;
+    }
     let source = if msgs.is_null() { None } else { datagram_source(fd) };
     // As in recvfrom: each name buffer's size, before the kernel overwrites it.
     let rooms: Vec<socklen_t> = match source {
@@ -832,6 +945,40 @@ pub unsafe extern "C" fn recvmmsg(
     got
 }
 
+/// recv(2): on an unconnected tunnel UDP socket, the payload without its source.
+///
+/// # Safety
+/// As recv(2).
+#[no_mangle]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut libc::c_void, len: libc::size_t, flags: c_int) -> libc::ssize_t {
+    if datagram::addressed(fd).is_some() {
+        // SAFETY: the caller's arguments, as recvfrom(2) takes them.
+        return unsafe { recvfrom(fd, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) };
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { real::recv(fd, buf, len, flags) }
+}
+
+/// read(2): as [`recv`]; every other descriptor's read is the C library's after one look at
+/// a bit (`sockets::maybe_addressed`).
+///
+/// # Safety
+/// As read(2).
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut libc::c_void, len: libc::size_t) -> libc::ssize_t {
+    if let Some(t) = datagram::addressed(fd) {
+        let iov = libc::iovec {
+            iov_base: buf,
+            iov_len: len,
+        };
+        let (name, name_len, msg_flags) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: one iovec of the caller's buffer.
+        return unsafe { datagram::recv(fd, t.family, &iov, 1, 0, name, name_len, msg_flags) };
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { real::read(fd, buf, len) }
+}
+
 /// The tunnel address a not yet listening socket was bound to, and its family.
 fn bound_socket(fd: c_int) -> Option<(std::net::SocketAddr, c_int)> {
     settings()?;
@@ -851,6 +998,20 @@ fn bound_socket(fd: c_int) -> Option<(std::net::SocketAddr, c_int)> {
 pub unsafe extern "C" fn bind(fd: c_int, address: *const sockaddr, len: socklen_t) -> c_int {
     // SAFETY: the caller's address, as bind(2) promises it.
     let dest = unsafe { addr::read(address, len) };
+    if let (Some(s), Some(a)) = (settings(), dest) {
+        if ordo_attach::through_tunnel(&s.routes, a.ip()) && socket_type(fd) == Some(libc::SOCK_DGRAM) {
+            return guarded(|| {
+                let Some(family) = socket_family(fd) else {
+                    set_errno(libc::ENOTSOCK);
+                    return -1;
+                };
+                match datagram::bind(s, fd, family, addr::unmapped(a)) {
+                    Ok(_) => 0,
+                    Err(r) => r,
+                }
+            });
+        }
+    }
     let stream = |s: &Settings, a: std::net::SocketAddr| {
         (ordo_attach::through_tunnel(&s.routes, a.ip()) || a.ip().is_unspecified())
             && socket_type(fd) == Some(libc::SOCK_STREAM)
@@ -955,6 +1116,7 @@ fn listen_in_stack(s: &Settings, fd: c_int, inode: u64, mut local: std::net::Soc
             error: 0,
             listening: true,
             datagram: false,
+            marker: None,
         });
     }
     0
@@ -1040,6 +1202,7 @@ unsafe fn accept_from_stack(
             error: 0,
             listening: false,
             datagram: false,
+            marker: None,
         });
     }
     cfd

@@ -54,6 +54,8 @@ static RECVFROM: Real = Real::new(b"recvfrom\0");
 static RECVMSG: Real = Real::new(b"recvmsg\0");
 static RECVMMSG: Real = Real::new(b"recvmmsg\0");
 static GETADDRINFO: Real = Real::new(b"getaddrinfo\0");
+static READ: Real = Real::new(b"read\0");
+static RECV: Real = Real::new(b"recv\0");
 
 type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
 type NameFn = unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
@@ -67,6 +69,8 @@ type SendMsgFn = unsafe extern "C" fn(c_int, *const libc::msghdr, c_int) -> libc
 type SendMmsgFn = unsafe extern "C" fn(c_int, *mut libc::mmsghdr, libc::c_uint, c_int) -> c_int;
 type RecvFromFn =
     unsafe extern "C" fn(c_int, *mut c_void, libc::size_t, c_int, *mut sockaddr, *mut socklen_t) -> libc::ssize_t;
+type ReadFn = unsafe extern "C" fn(c_int, *mut c_void, libc::size_t) -> libc::ssize_t;
+type RecvFn = unsafe extern "C" fn(c_int, *mut c_void, libc::size_t, c_int) -> libc::ssize_t;
 type RecvMsgFn = unsafe extern "C" fn(c_int, *mut libc::msghdr, c_int) -> libc::ssize_t;
 type RecvMmsgFn = unsafe extern "C" fn(c_int, *mut libc::mmsghdr, libc::c_uint, c_int, *mut libc::timespec) -> c_int;
 type GetAddrInfoFn = unsafe extern "C" fn(
@@ -277,4 +281,26 @@ pub unsafe fn getaddrinfo(
     let f: GetAddrInfoFn = unsafe { std::mem::transmute::<usize, GetAddrInfoFn>(GETADDRINFO.get()) };
     // SAFETY: the caller's contract is getaddrinfo(3)'s.
     unsafe { f(node, service, hints, res) }
+}
+
+/// The C library's read.
+///
+/// # Safety
+/// As read(2).
+pub unsafe fn read(fd: c_int, buf: *mut c_void, len: libc::size_t) -> libc::ssize_t {
+    // SAFETY: the address is the C library's `read`, whose type this is.
+    let f: ReadFn = unsafe { std::mem::transmute::<usize, ReadFn>(READ.get()) };
+    // SAFETY: the caller's contract is read(2)'s.
+    unsafe { f(fd, buf, len) }
+}
+
+/// The C library's recv.
+///
+/// # Safety
+/// As recv(2).
+pub unsafe fn recv(fd: c_int, buf: *mut c_void, len: libc::size_t, flags: c_int) -> libc::ssize_t {
+    // SAFETY: the address is the C library's `recv`, whose type this is.
+    let f: RecvFn = unsafe { std::mem::transmute::<usize, RecvFn>(RECV.get()) };
+    // SAFETY: the caller's contract is recv(2)'s.
+    unsafe { f(fd, buf, len, flags) }
 }

@@ -3,7 +3,7 @@
 //! same socket, and a closed number reused for another file is not (no hook on close needed).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Sockets remembered; the oldest is forgotten beyond (only its names are lost: reads and
@@ -25,8 +25,11 @@ pub struct TunnelSocket {
     pub error: i32,
     /// A listening socket: accept takes connections from the service over it.
     pub listening: bool,
-    /// A connected UDP socket: its stand-in's records are its datagrams.
+    /// A UDP socket: its stand-in's records are its datagrams.
     pub datagram: bool,
+    /// An unconnected UDP socket (bound in the stack): its records carry addresses, those the
+    /// program sends starting with this marker (`ordo_attach::SendHeader`).
+    pub marker: Option<[u8; ordo_attach::MARKER_LEN]>,
 }
 
 /// Kernel sockets bound to a tunnel address, not yet listening: the kernel never saw the
@@ -83,6 +86,40 @@ fn counted<R>(t: &mut Vec<TunnelSocket>, f: impl FnOnce(&mut Vec<TunnelSocket>) 
     let r = f(t);
     DATAGRAMS.store(t.iter().filter(|e| e.datagram).count(), Ordering::Release);
     r
+}
+
+/// Descriptor numbers below which [`ADDRESSED`] keeps a bit each.
+const NUMBERED: usize = 1024;
+
+/// Descriptor numbers that may be unconnected tunnel UDP sockets (set when one is put in
+/// place; a number closed and reused keeps its bit, and the look-up by inode says no): read
+/// and recv, which every program calls on every kind of file, look a descriptor up only if
+/// its bit is set, so that they cost programs without such sockets nothing. A copy made by
+/// dup is not marked (its reads see the headers); higher numbers are always looked up
+/// while any such socket exists.
+static ADDRESSED: [AtomicU64; NUMBERED / 64] = [const { AtomicU64::new(0) }; NUMBERED / 64];
+static ANY_ADDRESSED: AtomicUsize = AtomicUsize::new(0);
+
+/// Marks `fd` as an unconnected tunnel UDP socket.
+pub fn mark_addressed(fd: i32) {
+    ANY_ADDRESSED.fetch_add(1, Ordering::Release);
+    if let Ok(n) = usize::try_from(fd) {
+        if n < NUMBERED {
+            ADDRESSED[n / 64].fetch_or(1 << (n % 64), Ordering::Release);
+        }
+    }
+}
+
+/// Whether `fd` may be an unconnected tunnel UDP socket (then look it up).
+pub fn maybe_addressed(fd: i32) -> bool {
+    if ANY_ADDRESSED.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    match usize::try_from(fd) {
+        Ok(n) if n < NUMBERED => ADDRESSED[n / 64].load(Ordering::Acquire) & (1 << (n % 64)) != 0,
+        Ok(_) => true,
+        Err(_) => false,
+    }
 }
 
 pub fn remember(s: TunnelSocket) {

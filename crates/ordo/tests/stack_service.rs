@@ -375,3 +375,70 @@ fn a_wildcard_listener_takes_the_kernel_s_connections_too() {
     client.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"from the server");
 }
+
+/// An unconnected UDP socket: bound at once with a marker; a marked record leaves as one
+/// datagram to its header's destination; a record without a header before a connect has
+/// nowhere to go, and a marked record that is not a header is malformed: both dropped and
+/// counted; after a connect (itself a marked record), a record alone goes to the remote.
+#[test]
+fn unconnected_udp_sockets_send_where_each_record_says() {
+    use ordo_attach::SendHeader;
+    let r = start();
+    let bind = |addr: &str| {
+        Request {
+            op: Op::BindUdp,
+            addr: addr.parse().unwrap(),
+            nonblocking: None,
+            v6_only: false,
+        }
+        .encode()
+    };
+    let (_a, sp) = seqpacket_pair();
+    assert_eq!(
+        ask(&r.socket, &bind("10.99.0.7:53"), Some(sp.as_raw_fd())).map(|r| r.errno),
+        Some(libc::EADDRNOTAVAIL)
+    );
+    let (app, theirs) = seqpacket_pair();
+    let reply = ask(&r.socket, &bind("10.99.0.1:5353"), Some(theirs.as_raw_fd())).expect("a reply");
+    assert_eq!(reply.errno, 0);
+    assert_eq!(reply.local, Some("10.99.0.1:5353".parse().unwrap()));
+    let marker = reply.marker.expect("a marker");
+    // The same port again is taken; over TCP it is another port.
+    let (_b, sp) = seqpacket_pair();
+    assert_eq!(
+        ask(&r.socket, &bind("10.99.0.1:5353"), Some(sp.as_raw_fd())).map(|r| r.errno),
+        Some(libc::EADDRINUSE)
+    );
+    let (_c, sp) = seqpacket_pair();
+    assert_eq!(
+        ask(&r.socket, &listen_request("10.99.0.1:5353"), Some(sp.as_raw_fd())).map(|r| r.errno),
+        Some(0)
+    );
+    let mut app = UnixStream::from(app);
+    let record = |h: SendHeader, payload: &[u8]| {
+        let mut v = h.encode(marker).to_vec();
+        v.extend_from_slice(payload);
+        v
+    };
+    app.write_all(b"nowhere").unwrap();
+    let mut bad = record(SendHeader::To("10.99.0.2:53".parse().unwrap()), b"");
+    bad[ordo_attach::MARKER_LEN] = 9;
+    app.write_all(&bad).unwrap();
+    app.write_all(&record(SendHeader::To("10.99.0.2:53".parse().unwrap()), b"to 53"))
+        .unwrap();
+    let p = next_packet(&r.port, Duration::from_secs(5)).expect("the datagram");
+    assert_eq!(&p[12..20], &[10, 99, 0, 1, 10, 99, 0, 2]);
+    assert_eq!(u16::from_be_bytes([p[20], p[21]]), 5353);
+    assert_eq!(u16::from_be_bytes([p[22], p[23]]), 53);
+    assert_eq!(&p[28..], b"to 53");
+    app.write_all(&record(SendHeader::Connect("10.99.0.3:99".parse().unwrap()), b""))
+        .unwrap();
+    app.write_all(b"alone").unwrap();
+    let p = next_packet(&r.port, Duration::from_secs(5)).expect("the datagram to the remote");
+    assert_eq!(&p[16..20], &[10, 99, 0, 3]);
+    assert_eq!(u16::from_be_bytes([p[22], p[23]]), 99);
+    assert_eq!(&p[28..], b"alone");
+    let counter = |name: &str| r.port.counters().into_iter().find(|c| c.name == name).map(|c| c.value);
+    assert_eq!(counter("drop_stack_datagram_no_destination"), Some(1));
+    assert_eq!(counter("drop_stack_datagram_malformed"), Some(1));
+}

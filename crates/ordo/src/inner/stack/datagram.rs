@@ -1,17 +1,25 @@
-//! An application's connected UDP socket through the stack: a smoltcp UDP socket bound to
-//! one of the stack's addresses and a port of its own, and the service's end of a Unix
-//! seqpacket pair whose other end the application holds. Each record on the pair is one
-//! datagram's payload, each way; the socket has one remote, as a connected UDP socket has,
-//! and datagrams from anywhere else are not delivered (the kernel does the same).
+//! An application's UDP socket through the stack: a smoltcp UDP socket bound to the stack's
+//! addresses and a port of its own, and the service's end of a Unix seqpacket pair whose
+//! other end the application holds. Each record on the pair is one datagram, each way.
+//!
+//! A socket connected at once (`ordo_attach::Op::ConnectUdp`) has one remote, and its records
+//! are payloads alone; datagrams from anywhere else are not delivered (the kernel does the
+//! same). An unconnected one (`ordo_attach::Op::BindUdp`) sends to and receives from anyone:
+//! each record from the service starts with the datagram's source (`ordo_attach::Source`),
+//! and an application's record that starts with the socket's marker carries a header
+//! (`ordo_attach::SendHeader`): the datagram's destination, or a connect. A record without
+//! it goes to the socket's remote once it has one, and is dropped and counted before.
 //!
 //! UDP's promises are kept, no more: a datagram the stack cannot queue is dropped and
 //! counted, never waited for; one larger than the tunnel can carry (the stack does not
 //! fragment) is dropped and counted.
 
+use ordo_attach::{SendHeader, Source, MARKER_LEN};
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::udp;
-use smoltcp::wire::{IpEndpoint, IpListenEndpoint};
+use smoltcp::wire::{IpAddress, IpEndpoint, IpListenEndpoint};
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -29,20 +37,39 @@ pub struct DatagramDrops {
     pub queue_full: AtomicU64,
     /// Larger than the tunnel's MTU allows.
     pub too_big: AtomicU64,
+    /// Sent without a destination on a socket that has no remote, or to a family the stack
+    /// has no address in.
+    pub no_destination: AtomicU64,
+    /// A record that starts with the socket's marker and is not a header.
+    pub malformed: AtomicU64,
 }
 
-/// A connected UDP socket of an application.
+/// A UDP socket of an application.
 pub struct Flow {
     pub handle: SocketHandle,
     /// The service's end of the application's seqpacket pair (non-blocking).
     pub app: OwnedFd,
     pub local_port: u16,
-    pub remote: IpEndpoint,
-    /// The largest payload the tunnel carries to `remote` in one packet.
-    pub max_payload: usize,
+    /// The only source delivered, and where a record without a header goes.
+    pub remote: Option<IpEndpoint>,
+    /// An unconnected socket's marker: its records carry addresses.
+    pub marker: Option<[u8; MARKER_LEN]>,
+    /// The tunnel's MTU: a datagram that does not fit in one packet is dropped.
+    pub mtu: usize,
 }
 
-/// A UDP socket of the stack bound to `local`.
+impl Flow {
+    /// The largest payload the tunnel carries to `to` in one packet.
+    fn max_payload(&self, to: &IpEndpoint) -> usize {
+        let headers = match to.addr {
+            IpAddress::Ipv4(_) => 20 + 8,
+            IpAddress::Ipv6(_) => 40 + 8,
+        };
+        self.mtu.saturating_sub(headers)
+    }
+}
+
+/// A UDP socket of the stack bound to `local` (an address of the stack's, or all of them).
 pub fn new_socket(local: IpListenEndpoint) -> udp::Socket<'static> {
     let buffer = || {
         udp::PacketBuffer::new(
@@ -72,7 +99,7 @@ pub fn wanted(s: &udp::Socket) -> i16 {
 /// One flow's turn: the application's datagrams into the stack, the stack's to the
 /// application. False once the application has closed its end (seen when the service reads
 /// from it: a closed end is always readable, so the service's poll wakes for it).
-pub fn relay(f: &Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &DatagramDrops) -> bool {
+pub fn relay(f: &mut Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &DatagramDrops) -> bool {
     let fd = f.app.as_raw_fd();
     while s.can_send() {
         // SAFETY: reading one record into `scratch`, at most its length; MSG_TRUNC makes the
@@ -81,7 +108,7 @@ pub fn relay(f: &Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &Datagram
             libc::recv(
                 fd,
                 scratch.as_mut_ptr().cast(),
-                scratch.len().min(MAX_PAYLOAD + 1),
+                scratch.len().min(MAX_PAYLOAD + ordo_attach::SEND_HEADER_LEN + 1),
                 libc::MSG_DONTWAIT | libc::MSG_TRUNC,
             )
         };
@@ -97,29 +124,57 @@ pub fn relay(f: &Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &Datagram
         if n == 0 && super::unix::hung_up(fd) {
             return false;
         }
-        if n > f.max_payload {
+        if n > scratch.len() {
             drops.too_big.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        if s.send_slice(&scratch[..n], f.remote).is_err() {
-            drops.queue_full.fetch_add(1, Ordering::Relaxed);
+        let record = &scratch[..n];
+        let header = f.marker.and_then(|m| SendHeader::decode(m, record));
+        let (to, payload) = match header {
+            None => match f.remote {
+                Some(r) => (r, record),
+                None => {
+                    drops.no_destination.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            },
+            Some(Ok(SendHeader::To(a))) => (endpoint(a), &record[ordo_attach::SEND_HEADER_LEN..]),
+            Some(Ok(SendHeader::Connect(a))) => {
+                f.remote = Some(endpoint(a));
+                continue;
+            }
+            Some(Err(_)) => {
+                drops.malformed.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        };
+        if payload.len() > f.max_payload(&to) {
+            drops.too_big.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        match s.send_slice(payload, to) {
+            Ok(()) => {}
+            Err(udp::SendError::BufferFull) => {
+                drops.queue_full.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(udp::SendError::Unaddressable) => {
+                drops.no_destination.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
     while let Ok((payload, meta)) = s.peek() {
-        if meta.endpoint != f.remote {
+        if f.remote.is_some_and(|r| meta.endpoint != r) {
             // Not from the socket's remote: a connected socket does not see it.
             let _ = s.recv();
             continue;
         }
-        // SAFETY: sending the bytes smoltcp holds, as one record.
-        let n = unsafe {
-            libc::send(
-                fd,
-                payload.as_ptr().cast(),
-                payload.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
+        let source = Source(SocketAddr::new(meta.endpoint.addr.into(), meta.endpoint.port)).encode();
+        let parts: &[&[u8]] = if f.marker.is_some() {
+            &[&source, payload]
+        } else {
+            &[payload]
         };
+        let n = send_record(fd, parts);
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::WouldBlock {
@@ -135,4 +190,24 @@ pub fn relay(f: &Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &Datagram
         let _ = s.recv();
     }
     true
+}
+
+fn endpoint(a: SocketAddr) -> IpEndpoint {
+    IpEndpoint::new(IpAddress::from(a.ip()), a.port())
+}
+
+/// Sends `parts` as one record without waiting; what sendmsg(2) returns.
+fn send_record(fd: i32, parts: &[&[u8]]) -> isize {
+    let mut iov: Vec<libc::iovec> = (parts.iter())
+        .map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        })
+        .collect();
+    // SAFETY: msghdr is plain data; all zeros is an empty message.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len();
+    // SAFETY: `msg` points at `iov`, whose entries point at live slices, for the call.
+    unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) }
 }

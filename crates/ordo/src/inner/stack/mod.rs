@@ -114,6 +114,14 @@ impl InnerPort for StackPort {
                 "drop_stack_datagram_too_big",
                 self.wires.datagram_drops.too_big.load(Ordering::Relaxed),
             ),
+            Counter::new(
+                "drop_stack_datagram_no_destination",
+                self.wires.datagram_drops.no_destination.load(Ordering::Relaxed),
+            ),
+            Counter::new(
+                "drop_stack_datagram_malformed",
+                self.wires.datagram_drops.malformed.load(Ordering::Relaxed),
+            ),
         ]
     }
 }

@@ -209,7 +209,10 @@ struct State {
     scratch: Vec<u8>,
     /// Sockets reset whose RST the next poll sends; removed after it.
     closing: Vec<SocketHandle>,
+    /// TCP's ports taken (listeners' and connections'), and UDP's: one number in each is two
+    /// ports (a DNS server binds 53 in both).
     ports_in_use: HashSet<u16>,
+    udp_ports_in_use: HashSet<u16>,
     next_port: u16,
     addresses: Vec<IpAddr>,
     started: Instant,
@@ -276,6 +279,7 @@ impl State {
             scratch: vec![0; 65_536],
             closing: Vec::new(),
             ports_in_use: HashSet::new(),
+            udp_ports_in_use: HashSet::new(),
             next_port,
             addresses,
             started,
@@ -477,6 +481,24 @@ impl State {
                 };
                 match self.connect_datagram(request.addr, app) {
                     Ok(local) => reply(&p.control, 0, Some(local), Some(request.addr)),
+                    Err(errno) => reply(&p.control, errno, None, None),
+                }
+            }
+            Op::BindUdp => {
+                let app = match <[OwnedFd; 1]>::try_from(p.passed) {
+                    Ok([fd]) if is_unix(fd.as_raw_fd(), libc::SOCK_SEQPACKET) => fd,
+                    _ => return reply(&p.control, libc::EPROTO, None, None),
+                };
+                match self.bind_datagram(request.addr, app) {
+                    Ok((local, marker)) => send_reply(
+                        &p.control,
+                        Reply {
+                            errno: 0,
+                            local: Some(local),
+                            remote: None,
+                            marker: Some(marker),
+                        },
+                    ),
                     Err(errno) => reply(&p.control, errno, None, None),
                 }
             }
@@ -700,27 +722,61 @@ impl State {
             return Err(libc::EINVAL);
         }
         set_nonblocking(app.as_raw_fd()).map_err(|e| errno_of(&e))?;
-        let local_port = self.take_port().ok_or(libc::EADDRNOTAVAIL)?;
+        let local_port = self.take_udp_port().ok_or(libc::EADDRNOTAVAIL)?;
         let socket = datagram::new_socket(IpListenEndpoint {
             addr: Some(IpAddress::from(ip)),
             port: local_port,
         });
-        let headers = if to.is_ipv4() { 20 + 8 } else { 40 + 8 };
         self.flows.push(Flow {
             handle: self.sockets.add(socket),
             app,
             local_port,
-            remote: IpEndpoint::new(IpAddress::from(to.ip()), to.port()),
-            max_payload: self.link.mtu.saturating_sub(headers),
+            remote: Some(IpEndpoint::new(IpAddress::from(to.ip()), to.port())),
+            marker: None,
+            mtu: self.link.mtu,
         });
         Ok(SocketAddr::new(ip, local_port))
+    }
+
+    /// Binds an unconnected UDP socket of the stack to `local` (one of the stack's
+    /// addresses, or the unspecified address for all of them; port 0 for a free one) for
+    /// `app`. Returns its address and the marker its headers start with.
+    fn bind_datagram(&mut self, mut local: SocketAddr, app: OwnedFd) -> Result<(SocketAddr, [u8; 8]), i32> {
+        if self.connections.len() + self.flows.len() >= MAX_CONNECTIONS {
+            return Err(libc::EMFILE);
+        }
+        let wildcard = local.ip().is_unspecified();
+        if !wildcard && !self.addresses.contains(&local.ip()) {
+            return Err(libc::EADDRNOTAVAIL);
+        }
+        set_nonblocking(app.as_raw_fd()).map_err(|e| errno_of(&e))?;
+        if local.port() == 0 {
+            local.set_port(self.take_udp_port().ok_or(libc::EADDRNOTAVAIL)?);
+        } else if !self.udp_ports_in_use.insert(local.port()) {
+            return Err(libc::EADDRINUSE);
+        }
+        let socket = datagram::new_socket(IpListenEndpoint {
+            addr: (!wildcard).then(|| IpAddress::from(local.ip())),
+            port: local.port(),
+        });
+        let mut marker = [0u8; ordo_attach::MARKER_LEN];
+        rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut marker);
+        self.flows.push(Flow {
+            handle: self.sockets.add(socket),
+            app,
+            local_port: local.port(),
+            remote: None,
+            marker: Some(marker),
+            mtu: self.link.mtu,
+        });
+        Ok((local, marker))
     }
 
     /// Each flow's turn; a flow whose application closed its end is removed.
     fn relay_datagrams(&mut self) {
         let mut i = 0;
         while i < self.flows.len() {
-            let f = &self.flows[i];
+            let f = &mut self.flows[i];
             let s = self.sockets.get_mut::<udp::Socket>(f.handle);
             if datagram::relay(f, s, &mut self.scratch, &self.link.wires.datagram_drops) {
                 i += 1;
@@ -728,7 +784,7 @@ impl State {
             }
             let f = self.flows.swap_remove(i);
             self.sockets.remove(f.handle);
-            self.ports_in_use.remove(&f.local_port);
+            self.udp_ports_in_use.remove(&f.local_port);
         }
     }
 
@@ -745,19 +801,11 @@ impl State {
     }
 
     fn take_port(&mut self) -> Option<u16> {
-        let span = EPHEMERAL.end() - EPHEMERAL.start() + 1;
-        for _ in 0..span {
-            let p = self.next_port;
-            self.next_port = if p == *EPHEMERAL.end() {
-                *EPHEMERAL.start()
-            } else {
-                p + 1
-            };
-            if self.ports_in_use.insert(p) {
-                return Some(p);
-            }
-        }
-        None
+        take_port(&mut self.ports_in_use, &mut self.next_port)
+    }
+
+    fn take_udp_port(&mut self) -> Option<u16> {
+        take_port(&mut self.udp_ports_in_use, &mut self.next_port)
     }
 
     /// Moves bytes between each application and its TCP socket, answers connects that
@@ -815,6 +863,23 @@ impl State {
         self.sockets.remove(c.handle);
         self.ports_in_use.remove(&c.local_port);
     }
+}
+
+/// A free port of `in_use` from the ephemeral range, taken, starting at `next`.
+fn take_port(in_use: &mut HashSet<u16>, next: &mut u16) -> Option<u16> {
+    let span = EPHEMERAL.end() - EPHEMERAL.start() + 1;
+    for _ in 0..span {
+        let p = *next;
+        *next = if p == *EPHEMERAL.end() {
+            *EPHEMERAL.start()
+        } else {
+            p + 1
+        };
+        if in_use.insert(p) {
+            return Some(p);
+        }
+    }
+    None
 }
 
 /// One established connection's turn; false once it is over.
@@ -1021,8 +1086,18 @@ fn pollfd(fd: RawFd, events: i16) -> libc::pollfd {
 }
 
 fn reply(control: &UnixStream, errno: i32, local: Option<SocketAddr>, remote: Option<SocketAddr>) {
+    let r = Reply {
+        errno,
+        local,
+        remote,
+        marker: None,
+    };
+    send_reply(control, r);
+}
+
+fn send_reply(control: &UnixStream, r: Reply) {
     use std::io::Write;
-    let bytes = Reply { errno, local, remote }.encode();
+    let bytes = r.encode();
     // The control socket is non-blocking and the reply is far smaller than its buffer; an
     // application that went away simply misses it.
     let _ = (&*control).write_all(&bytes);

@@ -1,0 +1,202 @@
+//! Unconnected UDP sockets through the tunnel: a UDP socket bound to a tunnel address, or
+//! one whose first datagram goes to a tunnel address while it is bound to nothing, becomes
+//! one end of a Unix seqpacket pair with a UDP socket of the stack at the other
+//! (`ordo_attach::Op::BindUdp`). Its records carry addresses: the service starts each with
+//! the datagram's source, which the receive hooks take off and report; the send hooks start
+//! each with the socket's marker and the destination. A send without a destination (send,
+//! write) is a record alone, which the service sends to the socket's remote once a connect
+//! has given it one; connect is a marked record too, so that it is ordered with the
+//! datagrams around it.
+//!
+//! What stays the kernel's business is refused on such a socket: a destination outside the
+//! tunnel fails with ENETUNREACH (the socket's port is the stack's, not the host's).
+
+use crate::sockets::{self, TunnelSocket};
+use crate::{addr, real, set_errno, Settings};
+use libc::{c_int, sockaddr, socklen_t};
+use ordo_attach::{Op, Request, SendHeader, Source, MARKER_LEN, SEND_HEADER_LEN, SOURCE_LEN};
+use std::net::SocketAddr;
+
+/// Makes the program's UDP socket `fd` an unconnected socket of the stack bound to `local`
+/// (a tunnel address, or the unspecified address: all of the stack's). Returns its entry,
+/// or the value the program's call returns (errno set).
+pub fn bind(s: &Settings, fd: c_int, family: c_int, local: SocketAddr) -> Result<TunnelSocket, c_int> {
+    let request = Request {
+        op: Op::BindUdp,
+        addr: local,
+        nonblocking: None,
+        v6_only: false,
+    };
+    let (reply, inode) = crate::stand_in_from_service(s, fd, libc::SOCK_SEQPACKET, &request, false)?;
+    let Some(marker) = reply.marker else {
+        set_errno(libc::EPROTO);
+        return Err(-1);
+    };
+    let entry = TunnelSocket {
+        inode: inode.unwrap_or(0),
+        family,
+        local: reply.local.or(Some(local)),
+        remote: None,
+        pending: None,
+        error: 0,
+        listening: false,
+        datagram: true,
+        marker: Some(marker),
+    };
+    if inode.is_some() {
+        sockets::remember(entry);
+        sockets::mark_addressed(fd);
+    }
+    Ok(entry)
+}
+
+/// For a datagram to the tunnel address `to` from the program's socket `fd`, not a tunnel
+/// socket: a UDP socket bound to nothing yet is bound in the stack (as the kernel binds it
+/// on its first send) and its marker returned; anything else is refused with its errno
+/// (bound by the kernel: its port cannot move; not UDP: not carried).
+pub fn bind_for_send(s: &Settings, fd: c_int, to: SocketAddr) -> Result<[u8; MARKER_LEN], c_int> {
+    if crate::socket_type(fd) != Some(libc::SOCK_DGRAM) {
+        return Err(libc::ENETUNREACH);
+    }
+    let family = crate::socket_family(fd).ok_or(libc::ENOTSOCK)?;
+    // SAFETY: sockaddr_storage is plain data for which all zeros is valid.
+    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
+    // SAFETY: a sockaddr_storage and its length for the kernel's answer.
+    if unsafe { real::getsockname(fd, (&mut name as *mut libc::sockaddr_storage).cast(), &mut len) } != 0 {
+        return Err(libc::ENOTSOCK);
+    }
+    // SAFETY: the kernel wrote a socket address of `len` bytes.
+    let bound = unsafe { addr::read((&name as *const libc::sockaddr_storage).cast(), len) };
+    if bound.is_some_and(|a| a.port() != 0) {
+        return Err(libc::ENETUNREACH);
+    }
+    let any: SocketAddr = if family == libc::AF_INET6 || to.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let t =
+        bind(s, fd, family, any).map_err(|_| std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))?;
+    t.marker.ok_or(libc::EPROTO)
+}
+
+/// Sends the payload in `iov` to `to` on the unconnected tunnel socket `fd`, as one record
+/// after its header; the payload's length, or -1 with errno set.
+///
+/// # Safety
+/// `iov` points to `iovlen` iovecs of readable buffers.
+pub unsafe fn send_to(
+    fd: c_int,
+    marker: [u8; MARKER_LEN],
+    to: SocketAddr,
+    iov: *const libc::iovec,
+    iovlen: usize,
+    flags: c_int,
+) -> libc::ssize_t {
+    let header = SendHeader::To(to).encode(marker);
+    let mut parts = Vec::with_capacity(iovlen + 1);
+    parts.push(libc::iovec {
+        iov_base: header.as_ptr() as *mut libc::c_void,
+        iov_len: header.len(),
+    });
+    if !iov.is_null() {
+        // SAFETY: the caller's `iovlen` iovecs.
+        parts.extend_from_slice(unsafe { std::slice::from_raw_parts(iov, iovlen) });
+    }
+    // SAFETY: msghdr is plain data; all zeros is an empty message.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = parts.as_mut_ptr();
+    msg.msg_iovlen = parts.len();
+    // SAFETY: `msg` points at `parts`, whose entries point at live buffers, for the call.
+    let n = unsafe { real::sendmsg(fd, &msg, flags | libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return n;
+    }
+    n - SEND_HEADER_LEN as libc::ssize_t
+}
+
+/// connect(2) on an unconnected tunnel socket: to a tunnel address, the stack's socket
+/// takes that remote (ordered with the datagrams sent before); elsewhere, ENETUNREACH.
+pub fn connect(s: &Settings, fd: c_int, t: &TunnelSocket, to: SocketAddr) -> c_int {
+    let Some(marker) = t.marker else {
+        set_errno(libc::EISCONN);
+        return -1;
+    };
+    if !ordo_attach::through_tunnel(&s.routes, to.ip()) {
+        set_errno(libc::ENETUNREACH);
+        return -1;
+    }
+    let record = SendHeader::Connect(to).encode(marker);
+    // SAFETY: sending our own record on the program's descriptor.
+    let n = unsafe { libc::send(fd, record.as_ptr().cast(), record.len(), libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return -1;
+    }
+    sockets::update(t.inode, |e| e.remote = Some(to));
+    0
+}
+
+/// Receives one datagram on the unconnected tunnel socket `fd` into `iov`: its source, in
+/// the socket's `family`, into `name` (if not null; `*name_len` its room, then its length)
+/// and the receive flags into `msg_flags`. Returns what recvmsg(2) would: the payload's
+/// length (its whole length with MSG_TRUNC), or -1 with errno set.
+///
+/// # Safety
+/// `iov` points to `iovlen` iovecs of writable buffers; `name` is null or has `*name_len`
+/// writable bytes; `name_len` and `msg_flags` are null or writable.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn recv(
+    fd: c_int,
+    family: c_int,
+    iov: *const libc::iovec,
+    iovlen: usize,
+    flags: c_int,
+    name: *mut sockaddr,
+    name_len: *mut socklen_t,
+    msg_flags: *mut c_int,
+) -> libc::ssize_t {
+    let mut source = [0u8; SOURCE_LEN];
+    let mut parts = Vec::with_capacity(iovlen + 1);
+    parts.push(libc::iovec {
+        iov_base: source.as_mut_ptr().cast(),
+        iov_len: source.len(),
+    });
+    if !iov.is_null() {
+        // SAFETY: the caller's `iovlen` iovecs.
+        parts.extend_from_slice(unsafe { std::slice::from_raw_parts(iov, iovlen) });
+    }
+    // SAFETY: msghdr is plain data; all zeros is an empty message.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = parts.as_mut_ptr();
+    msg.msg_iovlen = parts.len();
+    // SAFETY: `msg` points at `parts`, whose entries point at live buffers, for the call.
+    let n = unsafe { real::recvmsg(fd, &mut msg, flags) };
+    if n < 0 {
+        return n;
+    }
+    if !msg_flags.is_null() {
+        // SAFETY: the caller's flags, writable.
+        unsafe { *msg_flags = msg.msg_flags };
+    }
+    let from = Source::decode(&source).ok().map(|s| s.0);
+    if !name.is_null() && !name_len.is_null() {
+        match from {
+            // SAFETY: the caller's buffer and its room.
+            Some(a) => unsafe { addr::write(a, family, name, name_len) },
+            // SAFETY: as above.
+            None => unsafe { *name_len = 0 },
+        }
+    }
+    // Zero: the service closed its end (every record of its has a source).
+    (n - SOURCE_LEN as libc::ssize_t).max(0)
+}
+
+/// The unconnected tunnel socket `fd` is, if it is one (looked up only for descriptors
+/// that may be: [`sockets::maybe_addressed`]).
+pub fn addressed(fd: c_int) -> Option<TunnelSocket> {
+    if !sockets::maybe_addressed(fd) {
+        return None;
+    }
+    crate::tunnel_socket(fd).filter(|t| t.marker.is_some())
+}
