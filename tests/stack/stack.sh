@@ -57,6 +57,14 @@ as_user() {
         --inh-caps=-all --bounding-set=-all -- "$@"
 }
 
+# as_guest USER CMD...: CMD in host A as USER, with no capability at all.
+as_guest() {
+    local user=$1
+    shift
+    ip netns exec "$NS_A" setpriv --reuid="$user" --regid="$(id -g "$user")" --clear-groups \
+        --inh-caps=-all --bounding-set=-all -- "$@"
+}
+
 # ordo_run CMD...: CMD under `ordo run` in host A, unprivileged.
 ordo_run() { as_user "$ORDO" run -c "$CONF" -- "$@"; }
 
@@ -733,6 +741,29 @@ except OSError as e:
     [[ $got == True ]] || fail "the second program got: $got"
     kill $listener 2>/dev/null
     as_user "$ORDO" down "$conf" || fail "ordo down"
+    # Guests: with `AttachUsers = daemon`, the user daemon attaches (OWNER:NAME) and downloads
+    # through it; bin, not named, is refused (permission denied), and nothing of its leaves.
+    sed -i '/^Inner/a AttachUsers = daemon' "$conf"
+    as_user "$ORDO" up "$conf" || fail "ordo up with AttachUsers"
+    local shared=/tmp/ordo-attach-$(id -u "$RUN_USER")
+    [[ $(stat -c '%U %a' "$shared") == "$RUN_USER 711" && $(stat -c %a "$shared/shared0.attach") == 666 ]] ||
+        fail "$shared: $(ls -la "$shared")"
+    as_user "$ORDO" run --attach shared0 -- curl -sS --max-time 30 -o /dev/null "http://$IN_B:8000/blob" ||
+        fail "the owner no longer attaches"
+    got=$(as_guest daemon "$ORDO" run --attach "$RUN_USER:shared0" -- curl -sS --max-time 30 \
+        "http://$IN_B:8000/blob" | sha256sum | cut -d' ' -f1)
+    [[ $got == "$want" ]] || fail "the guest's download failed or differs"
+    got=$(as_guest bin "$ORDO" run --attach "$RUN_USER:shared0" -- "$PY" -c "
+import socket
+try:
+    socket.create_connection(('$IN_B', 8000), timeout=10)
+    print('connected')
+except OSError as e:
+    print(e.strerror)
+" 2>&1) || fail "the refused guest's program failed: $got"
+    [[ $got == 'Permission denied' ]] || fail "a user not named got: $got"
+    as_user "$ORDO" down "$conf" || fail "ordo down"
+    [[ -z $(find "$shared" -name 'shared0.*') ]] || fail "ordo down left files in $shared"
     as_user "$ORDO" show shared0 >/dev/null 2>&1 && fail "shared0 still answers after ordo down"
     local left
     left=$(find "$dir" -name 'shared0.*')

@@ -39,7 +39,16 @@ pub fn send(socket: &Path, request: &Request, pass: &[RawFd]) -> io::Result<Owne
     // SAFETY: a descriptor socket(2) just returned, owned by nobody else.
     let control = unsafe { OwnedFd::from_raw_fd(raw) };
     connect_unix(control.as_raw_fd(), socket)?;
-    send_with_fds(control.as_raw_fd(), &request.encode(), pass)?;
+    if let Err(e) = send_with_fds(control.as_raw_fd(), &request.encode(), pass) {
+        // A service that refuses this user says why and closes before the request is
+        // sent: its answer (EACCES), if there is one, is the error.
+        if let Ok(Some(reply)) = try_reply(control.as_raw_fd()) {
+            if reply.errno != 0 {
+                return Err(io::Error::from_raw_os_error(reply.errno));
+            }
+        }
+        return Err(e);
+    }
     Ok(control)
 }
 

@@ -5,7 +5,7 @@
 //!      [--cores L] [--io-cores L] IFNAME               # userspace WireGuard, as wg-quick expects
 //! ordo up [--keep-privileges | --user U] [--inner tun|stack] CONFIG|NAME   # wg-quick up
 //! ordo down CONFIG|NAME                                # wg-quick down
-//! ordo run -c CONFIG | --attach NAME -- CMD [ARGS...]  # CMD uses the tunnel: no root, no TUN
+//! ordo run -c CONFIG | --attach [OWNER:]NAME -- CMD [ARGS...]  # CMD uses the tunnel: no root, no TUN
 //! ordo show [IFNAME] [--json]                          # wg show, plus Ordo's counters
 //! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
 //! ordo bench [--model M] [--peers N] [--size B] [--workers T]  # the data plane in memory
@@ -65,8 +65,9 @@ enum Command {
         #[arg(short = 'c', long)]
         config: Option<std::path::PathBuf>,
         /// Attach to the running stack interface NAME (`ordo up` of a file with
-        /// `Inner = stack`) instead.
-        #[arg(long, value_name = "NAME")]
+        /// `Inner = stack`) instead; OWNER:NAME for another user's that lets this one
+        /// (`AttachUsers =`).
+        #[arg(long, value_name = "[OWNER:]NAME")]
         attach: Option<String>,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true)]

@@ -82,6 +82,12 @@ pub fn up(arg: &str, privileges: &Privileges, inner: Option<InnerKind>, foregrou
     if foreground {
         bail!("--foreground is for stack interfaces (Inner = stack)");
     }
+    if let Some((line, _)) = cfg.interface.attach_users.first() {
+        bail!(
+            "{}:{line}: AttachUsers is for stack interfaces (Inner = stack): programs attach to those",
+            path.display()
+        );
+    }
     if let Some((line, _)) = &cfg.interface.dns {
         eprintln!(
             "warning: {}:{line}: DNS is not set up by ordo up (wg-quick runs resolvconf for it); \

@@ -6,7 +6,7 @@
 use crate::config::{self, wgquick::WgQuickConfig};
 use crate::device::Device;
 use crate::inner::stack::service::Service;
-use crate::inner::stack::StackSettings;
+use crate::inner::stack::{Guests, StackSettings};
 use crate::placement::model::PlaneConfig;
 use crate::uapi;
 use anyhow::{bail, Context, Result};
@@ -25,8 +25,14 @@ pub struct StackInterface {
 }
 
 /// Starts a stack interface named `name` from the wg-quick file `cfg` (read from `source`),
-/// serving programs on `attach`.
-pub fn start(cfg: &WgQuickConfig, source: &Path, name: &str, attach: UnixListener) -> Result<StackInterface> {
+/// serving programs on `attach`: this user's, root's and `guests`'.
+pub fn start(
+    cfg: &WgQuickConfig,
+    source: &Path,
+    name: &str,
+    attach: UnixListener,
+    guests: Guests,
+) -> Result<StackInterface> {
     if cfg.interface.addresses.is_empty() {
         bail!(
             "{}: an Address is needed: it is the programs' address in the tunnel",
@@ -40,6 +46,7 @@ pub fn start(cfg: &WgQuickConfig, source: &Path, name: &str, attach: UnixListene
     let settings = StackSettings {
         addresses: cfg.interface.addresses.clone(),
         mtu: cfg.interface.mtu.unwrap_or(1420) as usize,
+        guests,
     };
     let (device, wires) = Device::create_stack(name, &plane, settings.mtu).context("creating the stack interface")?;
     let request = config::set_request(cfg, None)?;

@@ -57,6 +57,10 @@ pub struct InterfaceSection {
     pub dns: Option<(usize, ordo_attach::Dns)>,
     /// `Inner =` (Ordo's own key), if set.
     pub inner: Option<InnerKind>,
+    /// `AttachUsers =` (Ordo's own key): who besides its own user may attach programs to a
+    /// stack interface, each entry a user (name or uid) or `@group` (name or gid), with the
+    /// line it was on. Resolved when the interface comes up.
+    pub attach_users: Vec<(usize, String)>,
     /// Keys wg-quick knows that Ordo accepts but does not act on (SaveConfig).
     pub ignored: Vec<(usize, String)>,
 }
@@ -274,6 +278,18 @@ pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
                     }
                     "saveconfig" => iface.ignored.push((n, key.to_string())),
                     "inner" => iface.inner = Some(value.parse().map_err(|e| err(n, format!("Inner: {e}")))?),
+                    "attachusers" => {
+                        for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                            let name = entry.strip_prefix('@').unwrap_or(entry);
+                            let valid = !name.is_empty()
+                                && (name.bytes())
+                                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'$'));
+                            if !valid {
+                                return Err(err(n, format!("AttachUsers: {entry:?} is not a user or @group")));
+                            }
+                            iface.attach_users.push((n, entry.to_string()));
+                        }
+                    }
                     _ => match SETTINGS.iter().find(|(_, k, _)| k.eq_ignore_ascii_case(&lower)) {
                         Some((name, k, _)) => {
                             PlaneConfig::default()
@@ -411,6 +427,17 @@ mod tests {
         assert_eq!(c.interface.inner, None);
         let c = p(&format!("[Interface]\nPrivateKey = {PRIV}\nInner = Stack\n")).unwrap();
         assert_eq!(c.interface.inner, Some(InnerKind::Stack));
+        let c = p(&format!(
+            "[Interface]\nPrivateKey = {PRIV}\nAttachUsers = alice, 1001,@staff\n"
+        ))
+        .unwrap();
+        let users: Vec<&str> = c.interface.attach_users.iter().map(|(_, u)| u.as_str()).collect();
+        assert_eq!(users, ["alice", "1001", "@staff"]);
+        let e = p(&format!(
+            "[Interface]\nPrivateKey = {PRIV}\nAttachUsers = alice, bob smith\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("AttachUsers: \"bob smith\""), "{e}");
         let e = p(&format!("[Interface]\nPrivateKey = {PRIV}\nInner = tap\n")).unwrap_err();
         assert!(e.line == 3 && e.message.contains("tap"), "{}", e.message);
         let e = p(&format!(

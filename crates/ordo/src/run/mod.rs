@@ -41,7 +41,7 @@ pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
     let socket = dir.path.join("attach.sock");
     let listener = UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
     let name = format!("run{}", std::process::id());
-    let stack = stack_interface::start(&cfg, config, &name, listener)?;
+    let stack = stack_interface::start(&cfg, config, &name, listener, Default::default())?;
     let program = Program {
         preload,
         socket,
@@ -60,6 +60,18 @@ pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
 /// IPs read over UAPI), its `DNS =`. The interface runs on when the program ends.
 pub fn run_attached(name: &str, command: &[OsString]) -> Result<i32> {
     let preload = preload_library()?;
+    if let Some((owner, name)) = name.split_once(':') {
+        // Another user's interface, which lets this one attach (`AttachUsers =`): its
+        // networks as they were when it came up (its UAPI socket is its user's alone).
+        let shared = crate::shared_stack::guest_attach_info(owner, name)?;
+        let program = Program {
+            preload,
+            socket: shared.socket,
+            routes: stack_interface::routes(&shared.addresses, shared.allowed.into_iter()),
+            dns: shared.dns,
+        };
+        return program.run(command);
+    }
     let shared = crate::shared_stack::attach_info(name)?;
     let pairs = uapi::client::request(name, "get=1\n\n").with_context(|| format!("reading {name}'s peers"))?;
     let allowed = pairs

@@ -30,6 +30,41 @@ const INBOX: usize = 4096;
 pub struct StackSettings {
     pub addresses: Vec<IpNet>,
     pub mtu: usize,
+    /// Who besides the interface's own user (and root) may attach programs to it.
+    pub guests: Guests,
+}
+
+/// Users other than the interface's own whose programs may attach to it (`AttachUsers =`):
+/// these users, and the members of these groups.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Guests {
+    pub uids: Vec<u32>,
+    pub gids: Vec<u32>,
+}
+
+impl Guests {
+    pub fn is_empty(&self) -> bool {
+        self.uids.is_empty() && self.gids.is_empty()
+    }
+
+    /// Whether the user `uid` is one of them: named, or a member of a named group (its
+    /// primary group or a supplementary one, as the group database says now).
+    pub fn admit(&self, uid: u32) -> bool {
+        if self.uids.contains(&uid) {
+            return true;
+        }
+        if self.gids.is_empty() {
+            return false;
+        }
+        let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) else {
+            return false;
+        };
+        let Ok(name) = std::ffi::CString::new(user.name) else {
+            return false;
+        };
+        let groups = nix::unistd::getgrouplist(&name, user.gid).unwrap_or_default();
+        groups.iter().any(|g| self.gids.contains(&g.as_raw()))
+    }
 }
 
 pub struct StackPort {

@@ -219,6 +219,7 @@ struct State {
     stop: Arc<AtomicBool>,
     wake: Arc<WakeUp>,
     uid: u32,
+    guests: super::Guests,
 }
 
 fn errno_of(e: &io::Error) -> i32 {
@@ -287,6 +288,7 @@ impl State {
             wake,
             // SAFETY: getuid cannot fail.
             uid: unsafe { libc::getuid() },
+            guests: settings.guests.clone(),
         }
     }
 
@@ -387,7 +389,14 @@ impl State {
                 Ok((c, _)) => c,
                 Err(_) => return,
             };
-            if !self.may_attach(&control) || control.set_nonblocking(true).is_err() {
+            if !self.may_attach(&control) {
+                // Told why, so that the program's call fails with "permission denied"
+                // rather than an unexplained end of the conversation.
+                let _ = control.set_nonblocking(true);
+                reply(&control, libc::EACCES, None, None);
+                continue;
+            }
+            if control.set_nonblocking(true).is_err() {
                 continue;
             }
             self.pending.push(PendingRequest {
@@ -399,8 +408,9 @@ impl State {
         }
     }
 
-    /// Whether the process at the other end of `control` may use this stack: this user or
-    /// root (the socket's directory already keeps others out; this is the second lock).
+    /// Whether the process at the other end of `control` may use this stack: this user,
+    /// root, or a guest (`AttachUsers =`; without guests the socket's directory already
+    /// keeps others out, and this is the second lock).
     fn may_attach(&self, control: &UnixStream) -> bool {
         let mut cred = libc::ucred {
             pid: 0,
@@ -418,7 +428,7 @@ impl State {
                 &mut len,
             )
         };
-        r == 0 && (cred.uid == self.uid || cred.uid == 0)
+        r == 0 && (cred.uid == self.uid || cred.uid == 0 || self.guests.admit(cred.uid))
     }
 
     /// Reads what pending requests sent; a complete one is served, a bad or late one dropped
