@@ -484,8 +484,9 @@ for family, server in [(socket.AF_INET, ('$IN_B', 9999)), (socket.AF_INET6, ('$I
 # name is the stack's (a port, any address). A UDP server bound to the tunnel address under
 # `ordo run` answers datagrams from the far end (recvfrom, sendto each back), which sees
 # the replies come from that address; a socket bound to the tunnel address and then
-# connected sends and receives with send and recv, and names its peer. What cannot be
-# carried fails closed: a datagram to the tunnel from a socket the kernel bound, and one
+# connected sends and receives with send and recv, and names its peer. A server bound to ::
+# hears the tunnel and the host's networks alike and answers each. What cannot be carried
+# fails closed: a datagram to the tunnel from a socket bound to a host address, and one
 # outside the tunnel from an unconnected tunnel socket, get ENETUNREACH; a socket connected
 # through the tunnel refuses another destination (EISCONN). UDP elsewhere is the kernel's.
 t_udp_unconnected() {
@@ -504,10 +505,15 @@ print(s.recv(100).decode())
 import socket
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind(('$IN_A', 7777))
+w = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+w.bind(('::', 7778))
 print('bound', flush=True)
 for _ in range(20):
     data, peer = s.recvfrom(65535)
     s.sendto(data[::-1], peer)
+for _ in range(4):
+    data, peer = w.recvfrom(65535)
+    w.sendto(data + b' from ' + peer[0].encode(), peer)
 EOF
     cat >"$WORK/client.py" <<EOF
 import errno, os, select, socket
@@ -553,7 +559,7 @@ assert c.getpeername() == ('$IN_B', 9999), c.getpeername()
 assert c.getsockname()[0] == '$IN_A', c.getsockname()
 print('connected ok')
 k = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-k.bind(('0.0.0.0', 0))
+k.bind(('$OUT_A', 0))
 try:
     k.sendto(b'x', ('$IN_B', 9999))
     print('kernel-bound sent')
@@ -590,8 +596,24 @@ for i in range(20):
     assert back == data[::-1] and source == ('$IN_A', 7777), (len(back), source)
     ok += 1
 print(ok)
-") || fail "the server under ordo run did not answer: $got"
-    [[ $got == 20 ]] || fail "server: $got"
+") || fail "the server under ordo run did not answer: $got $(cat "$OUT/server.out")"
+    [[ $got == 20 ]] || fail "server: $got $(cat "$OUT/server.out")"
+    # The server bound to :: hears the tunnel (IPv4 and IPv6) and the host's networks (the
+    # veth, loopback) in the same run, and answers each from the address it was reached at.
+    local via
+    for via in "$NS_B $IN_A $IN_B" "$NS_B $IN6_A $IN6_B" "$NS_B $OUT_A $OUT_B" "$NS_A 127.0.0.1 127.0.0.1"; do
+        read -r ns to from <<<"$via"
+        got=$(ip netns exec "$ns" "$PY" -c "
+import socket
+s = socket.socket(socket.AF_INET6 if ':' in '$to' else socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(10)
+s.sendto(b'hello', ('$to', 7778))
+back, source = s.recvfrom(100)
+assert source[0] == '$to', source
+print(back.decode())
+") || fail "the server on :: did not answer through $to: $got"
+        [[ $got == "hello from "*"$from" ]] || fail "through $to: $got"
+    done
     wait $run || fail "the programs failed: $(cat "$OUT/server.out" "$OUT/client.out")"
     got=$(cat "$OUT/client.out")
     [[ $got == $'AF_INET 33\nAF_INET6 33\nconnected ok\nkernel-bound True\nconnected True\nconnected True' ]] ||

@@ -61,7 +61,12 @@ pub enum Op {
     /// service's end of a Unix seqpacket pair; each record on it is a datagram with its
     /// address: from the service, a [`Source`] and the payload; from the application, a
     /// [`SendHeader`] (which starts with the reply's [`Reply::marker`]) and the payload, or
-    /// the payload alone, for the socket's remote once it is connected.
+    /// the payload alone, for the socket's remote once it is connected. On the unspecified
+    /// address the request may carry, second, the application's kernel UDP socket bound to
+    /// the same port: a server bound to 0.0.0.0 or :: receives from the host's addresses
+    /// and the tunnel's at once, as with a kernel tunnel device. The service relays that
+    /// socket too: what arrives on it comes over the pair with its source, and what the
+    /// application sends to the host's networks ([`SendHeader::ToHost`]) leaves by it.
     BindUdp,
 }
 
@@ -194,6 +199,11 @@ pub enum SendHeader {
     /// connect(2): from now on the socket receives from this address only, and a record
     /// without a header goes to it. No payload.
     Connect(SocketAddr),
+    /// As [`SendHeader::To`], an address outside the tunnel: through the application's
+    /// kernel socket (see [`Op::BindUdp`]).
+    ToHost(SocketAddr),
+    /// As [`SendHeader::Connect`], an address outside the tunnel.
+    ConnectHost(SocketAddr),
 }
 
 impl SendHeader {
@@ -203,6 +213,8 @@ impl SendHeader {
         let (kind, addr) = match self {
             SendHeader::To(a) => (1, a),
             SendHeader::Connect(a) => (2, a),
+            SendHeader::ToHost(a) => (3, a),
+            SendHeader::ConnectHost(a) => (4, a),
         };
         b[MARKER_LEN] = kind;
         put_addr(&mut b[MARKER_LEN + 1..], Some(*addr));
@@ -226,6 +238,8 @@ impl SendHeader {
         Some(match b[0] {
             1 => Ok(SendHeader::To(addr)),
             2 => Ok(SendHeader::Connect(addr)),
+            3 => Ok(SendHeader::ToHost(addr)),
+            4 => Ok(SendHeader::ConnectHost(addr)),
             k => Err(DecodeError::Op(k)),
         })
     }
@@ -581,7 +595,12 @@ mod tests {
             let a: SocketAddr = a.parse().unwrap();
             assert_eq!(Source::decode(&Source(a).encode()), Ok(Source(a)));
             let marker = *b"ordo-mk!";
-            for h in [SendHeader::To(a), SendHeader::Connect(a)] {
+            for h in [
+                SendHeader::To(a),
+                SendHeader::Connect(a),
+                SendHeader::ToHost(a),
+                SendHeader::ConnectHost(a),
+            ] {
                 let mut record = h.encode(marker).to_vec();
                 record.extend_from_slice(b"payload");
                 assert_eq!(SendHeader::decode(marker, &record), Some(Ok(h)));

@@ -8,8 +8,11 @@
 //! has given it one; connect is a marked record too, so that it is ordered with the
 //! datagrams around it.
 //!
-//! What stays the kernel's business is refused on such a socket: a destination outside the
-//! tunnel fails with ENETUNREACH (the socket's port is the stack's, not the host's).
+//! A UDP socket bound to every address (0.0.0.0, ::) is bound by the kernel too, and brings
+//! its kernel socket to the service, which relays it beside the stack's: the server hears
+//! the host's networks and the tunnel at once, and answers each (`SendHeader::ToHost` for
+//! the host's). Any other such socket is the tunnel's alone: a destination outside the
+//! tunnel fails with ENETUNREACH (its port is the stack's, not the host's).
 
 use crate::sockets::{self, TunnelSocket};
 use crate::{addr, real, set_errno, Settings};
@@ -21,13 +24,46 @@ use std::net::SocketAddr;
 /// (a tunnel address, or the unspecified address: all of the stack's). Returns its entry,
 /// or the value the program's call returns (errno set).
 pub fn bind(s: &Settings, fd: c_int, family: c_int, local: SocketAddr) -> Result<TunnelSocket, c_int> {
+    bind_in_stack(s, fd, family, local, false, false)
+}
+
+/// Makes the program's UDP socket `fd`, which the kernel has just bound to the unspecified
+/// address, one that the stack and the kernel both deliver to: the stack's socket
+/// on the same port, the kernel's relayed beside it.
+pub fn bind_everywhere(s: &Settings, fd: c_int, family: c_int) -> Result<TunnelSocket, c_int> {
+    // SAFETY: sockaddr_storage is plain data for which all zeros is valid.
+    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
+    // SAFETY: a sockaddr_storage and its length for the kernel's answer.
+    if unsafe { real::getsockname(fd, (&mut name as *mut libc::sockaddr_storage).cast(), &mut len) } != 0 {
+        return Err(-1);
+    }
+    // SAFETY: the kernel wrote a socket address of `len` bytes.
+    let port = unsafe { addr::read((&name as *const libc::sockaddr_storage).cast(), len) }.map_or(0, |a| a.port());
+    let v6_only = family == libc::AF_INET6 && crate::ipv6_only(fd);
+    let unspecified: std::net::IpAddr = if family == libc::AF_INET6 {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    };
+    bind_in_stack(s, fd, family, SocketAddr::new(unspecified, port), v6_only, true)
+}
+
+fn bind_in_stack(
+    s: &Settings,
+    fd: c_int,
+    family: c_int,
+    local: SocketAddr,
+    v6_only: bool,
+    host: bool,
+) -> Result<TunnelSocket, c_int> {
     let request = Request {
         op: Op::BindUdp,
         addr: local,
         nonblocking: None,
-        v6_only: false,
+        v6_only,
     };
-    let (reply, inode) = crate::stand_in_from_service(s, fd, libc::SOCK_SEQPACKET, &request, false)?;
+    let (reply, inode) = crate::stand_in_from_service(s, fd, libc::SOCK_SEQPACKET, &request, host)?;
     let Some(marker) = reply.marker else {
         set_errno(libc::EPROTO);
         return Err(-1);
@@ -42,6 +78,7 @@ pub fn bind(s: &Settings, fd: c_int, family: c_int, local: SocketAddr) -> Result
         listening: false,
         datagram: true,
         marker: Some(marker),
+        host,
     };
     if inode.is_some() {
         sockets::remember(entry);
@@ -90,11 +127,17 @@ pub unsafe fn send_to(
     fd: c_int,
     marker: [u8; MARKER_LEN],
     to: SocketAddr,
+    via_host: bool,
     iov: *const libc::iovec,
     iovlen: usize,
     flags: c_int,
 ) -> libc::ssize_t {
-    let header = SendHeader::To(to).encode(marker);
+    let header = if via_host {
+        SendHeader::ToHost(to)
+    } else {
+        SendHeader::To(to)
+    }
+    .encode(marker);
     let mut parts = Vec::with_capacity(iovlen + 1);
     parts.push(libc::iovec {
         iov_base: header.as_ptr() as *mut libc::c_void,
@@ -117,17 +160,22 @@ pub unsafe fn send_to(
 }
 
 /// connect(2) on an unconnected tunnel socket: to a tunnel address, the stack's socket
-/// takes that remote (ordered with the datagrams sent before); elsewhere, ENETUNREACH.
+/// takes that remote (ordered with the datagrams sent before); elsewhere, one with its
+/// kernel socket takes that remote there, any other fails with ENETUNREACH.
 pub fn connect(s: &Settings, fd: c_int, t: &TunnelSocket, to: SocketAddr) -> c_int {
     let Some(marker) = t.marker else {
         set_errno(libc::EISCONN);
         return -1;
     };
-    if !ordo_attach::through_tunnel(&s.routes, to.ip()) {
+    let header = if ordo_attach::through_tunnel(&s.routes, to.ip()) {
+        SendHeader::Connect(to)
+    } else if t.host {
+        SendHeader::ConnectHost(to)
+    } else {
         set_errno(libc::ENETUNREACH);
         return -1;
-    }
-    let record = SendHeader::Connect(to).encode(marker);
+    };
+    let record = header.encode(marker);
     // SAFETY: sending our own record on the program's descriptor.
     let n = unsafe { libc::send(fd, record.as_ptr().cast(), record.len(), libc::MSG_NOSIGNAL) };
     if n < 0 {

@@ -171,7 +171,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         (copy >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(copy) })
     };
     let old_inode = sockets::socket_inode(fd);
-    let inode = match swap_in(fd, mine) {
+    let inode = match swap_in(fd, mine, status) {
         Ok(Some(inode)) => inode,
         Ok(None) => {
             set_errno(libc::ENOTSOCK);
@@ -189,6 +189,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         listening: false,
         datagram: false,
         marker: None,
+        host: false,
     };
     sockets::remember(entry);
     if nonblocking {
@@ -277,6 +278,7 @@ fn connect_datagram(s: &Settings, fd: c_int, family: c_int, dest: std::net::Sock
             listening: false,
             datagram: true,
             marker: None,
+            host: false,
         });
     }
     0
@@ -295,6 +297,10 @@ fn stand_in_from_service(
     with_fd: bool,
 ) -> Result<(ordo_attach::Reply, Option<u64>), c_int> {
     let (mine, theirs) = attach::socket_pair(ty).map_err(fail)?;
+    // The program's O_NONBLOCK, read before the service may change it on the socket passed
+    // to it (which shares the program's open file until the swap).
+    // SAFETY: fcntl on the program's descriptor, reading flags only.
+    let status = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     let pass = [theirs.as_raw_fd(), fd];
     let pass = if with_fd { &pass[..] } else { &pass[..1] };
     let reply = match attach::ask(&s.socket, request, pass) {
@@ -306,18 +312,17 @@ fn stand_in_from_service(
         Err(e) => return Err(fail_closed(e)),
     };
     drop(theirs);
-    let inode = swap_in(fd, mine).map_err(|()| -1)?;
+    let inode = swap_in(fd, mine, status).map_err(|()| -1)?;
     Ok((reply, inode))
 }
 
 /// Puts `stand_in` in place of the program's descriptor `fd`: the same number, its
-/// O_NONBLOCK (which lives in the open file) and FD_CLOEXEC (in the descriptor) kept, its
-/// epoll registrations carried over. Returns the stand-in's inode (None if it cannot be read,
-/// which leaves the socket working but unnamed); Err with errno set if `fd` was not replaced.
-fn swap_in(fd: c_int, stand_in: std::os::fd::OwnedFd) -> Result<Option<u64>, ()> {
+/// O_NONBLOCK (which lives in the open file: `status` is its F_GETFL) and FD_CLOEXEC (in the
+/// descriptor) kept, its epoll registrations carried over. Returns the stand-in's inode (None
+/// if it cannot be read, which leaves the socket working but unnamed); Err with errno set if
+/// `fd` was not replaced.
+fn swap_in(fd: c_int, stand_in: std::os::fd::OwnedFd, status: c_int) -> Result<Option<u64>, ()> {
     // SAFETY: fcntl on the program's descriptor, reading flags only.
-    let status = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    // SAFETY: as above.
     let fd_flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
     let cloexec = if fd_flags >= 0 && fd_flags & libc::FD_CLOEXEC != 0 {
         libc::O_CLOEXEC
@@ -592,6 +597,8 @@ enum Destination {
     Addressed {
         to: std::net::SocketAddr,
         marker: [u8; ordo_attach::MARKER_LEN],
+        /// Outside the tunnel, through the socket's kernel socket.
+        via_host: bool,
     },
 }
 
@@ -615,8 +622,14 @@ unsafe fn destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Desti
     }
     match tunnel_socket(fd) {
         Some(TunnelSocket {
-            marker: Some(marker), ..
-        }) if to_tunnel => Destination::Addressed { to: dest, marker },
+            marker: Some(marker),
+            host,
+            ..
+        }) if to_tunnel || host => Destination::Addressed {
+            to: dest,
+            marker,
+            via_host: !to_tunnel,
+        },
         Some(TunnelSocket { marker: Some(_), .. }) => Destination::Refused(libc::ENETUNREACH),
         Some(t) if t.datagram && t.remote != Some(dest) => Destination::Refused(libc::EISCONN),
         // The stand-in would ignore it (a Unix seqpacket socket) or refuse it (a stream
@@ -626,7 +639,11 @@ unsafe fn destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Desti
         // A UDP socket bound to nothing yet: bound in the stack by its first datagram, as
         // the kernel binds it on its first send.
         None if to_tunnel => match std::panic::catch_unwind(|| datagram::bind_for_send(s, fd, dest)) {
-            Ok(Ok(marker)) => Destination::Addressed { to: dest, marker },
+            Ok(Ok(marker)) => Destination::Addressed {
+                to: dest,
+                marker,
+                via_host: false,
+            },
             Ok(Err(errno)) => Destination::Refused(errno),
             Err(_) => Destination::Refused(libc::EIO),
         },
@@ -655,13 +672,13 @@ pub unsafe extern "C" fn sendto(
         }
         // SAFETY: the caller's buffer, without the destination.
         Destination::Dropped => unsafe { real::sendto(fd, buf, len, flags, std::ptr::null(), 0) },
-        Destination::Addressed { to, marker } => {
+        Destination::Addressed { to, marker, via_host } => {
             let iov = libc::iovec {
                 iov_base: buf as *mut libc::c_void,
                 iov_len: len,
             };
             // SAFETY: one iovec of the caller's buffer.
-            unsafe { datagram::send_to(fd, marker, to, &iov, 1, flags) }
+            unsafe { datagram::send_to(fd, marker, to, via_host, &iov, 1, flags) }
         }
         // SAFETY: the caller's arguments, unchanged.
         Destination::Kernel => unsafe { real::sendto(fd, buf, len, flags, addr, addr_len) },
@@ -689,11 +706,13 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
                 // SAFETY: the caller's message, without the destination.
                 return unsafe { real::sendmsg(fd, &m, flags) };
             }
-            Destination::Addressed { to, marker } => {
+            Destination::Addressed { to, marker, via_host } => {
                 // Its payload with the header; its control messages (the IP options of
                 // the kernel's sockets) are not carried.
                 // SAFETY: the caller's message's iovecs, as sendmsg(2) promises them.
-                return unsafe { datagram::send_to(fd, marker, to, (*msg).msg_iov, (*msg).msg_iovlen, flags) };
+                return unsafe {
+                    datagram::send_to(fd, marker, to, via_host, (*msg).msg_iov, (*msg).msg_iovlen, flags)
+                };
             }
             Destination::Kernel => {}
         }
@@ -999,13 +1018,28 @@ pub unsafe extern "C" fn bind(fd: c_int, address: *const sockaddr, len: socklen_
     // SAFETY: the caller's address, as bind(2) promises it.
     let dest = unsafe { addr::read(address, len) };
     if let (Some(s), Some(a)) = (settings(), dest) {
-        if ordo_attach::through_tunnel(&s.routes, a.ip()) && socket_type(fd) == Some(libc::SOCK_DGRAM) {
+        let tunnel = ordo_attach::through_tunnel(&s.routes, a.ip());
+        if (tunnel || a.ip().is_unspecified()) && socket_type(fd) == Some(libc::SOCK_DGRAM) {
+            if !tunnel {
+                // Every address: the kernel's bind first (its port, its errors), then the
+                // stack's on the same port, with the kernel's socket relayed beside it.
+                // SAFETY: the caller's arguments, unchanged.
+                let r = unsafe { real::bind(fd, address, len) };
+                if r != 0 {
+                    return r;
+                }
+            }
             return guarded(|| {
                 let Some(family) = socket_family(fd) else {
                     set_errno(libc::ENOTSOCK);
                     return -1;
                 };
-                match datagram::bind(s, fd, family, addr::unmapped(a)) {
+                let bound = if tunnel {
+                    datagram::bind(s, fd, family, addr::unmapped(a))
+                } else {
+                    datagram::bind_everywhere(s, fd, family)
+                };
+                match bound {
                     Ok(_) => 0,
                     Err(r) => r,
                 }
@@ -1117,6 +1151,7 @@ fn listen_in_stack(s: &Settings, fd: c_int, inode: u64, mut local: std::net::Soc
             listening: true,
             datagram: false,
             marker: None,
+            host: false,
         });
     }
     0
@@ -1203,6 +1238,7 @@ unsafe fn accept_from_stack(
             listening: false,
             datagram: false,
             marker: None,
+            host: false,
         });
     }
     cfd

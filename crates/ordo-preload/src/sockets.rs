@@ -30,6 +30,9 @@ pub struct TunnelSocket {
     /// An unconnected UDP socket (bound in the stack): its records carry addresses, those the
     /// program sends starting with this marker (`ordo_attach::SendHeader`).
     pub marker: Option<[u8; ordo_attach::MARKER_LEN]>,
+    /// Such a socket bound to 0.0.0.0 or :: that has its kernel socket too (the service
+    /// relays it): it reaches the host's networks as well as the tunnel.
+    pub host: bool,
 }
 
 /// Kernel sockets bound to a tunnel address, not yet listening: the kernel never saw the

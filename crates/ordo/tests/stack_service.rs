@@ -443,3 +443,57 @@ fn unconnected_udp_sockets_send_where_each_record_says() {
     assert_eq!(counter("drop_stack_datagram_no_destination"), Some(1));
     assert_eq!(counter("drop_stack_datagram_malformed"), Some(1));
 }
+
+/// A UDP server bound to every address brings its kernel socket: what arrives there comes
+/// over the pair with its source, and a record marked for the host leaves by it. The second
+/// descriptor must be a UDP socket bound to the request's port.
+#[test]
+fn a_wildcard_udp_socket_relays_the_kernel_s_datagrams_too() {
+    use ordo_attach::{SendHeader, Source};
+    use std::net::UdpSocket;
+    let r = start();
+    let kernel = UdpSocket::bind("0.0.0.0:0").unwrap();
+    let port = kernel.local_addr().unwrap().port();
+    let bind = Request {
+        op: Op::BindUdp,
+        addr: format!("0.0.0.0:{port}").parse().unwrap(),
+        nonblocking: None,
+        v6_only: false,
+    }
+    .encode();
+    let errno = |fds: &[i32]| -> Option<Reply> {
+        let mut c = UnixStream::connect(&r.socket).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let cmsgs = [ControlMessage::ScmRights(fds)];
+        sendmsg::<()>(c.as_raw_fd(), &[IoSlice::new(&bind)], &cmsgs, MsgFlags::empty(), None).unwrap();
+        let mut reply = [0u8; REPLY_LEN];
+        c.read_exact(&mut reply).ok()?;
+        Some(Reply::decode(&reply).unwrap())
+    };
+    let other = UdpSocket::bind("0.0.0.0:0").unwrap();
+    let tcp = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    for bad in [other.as_raw_fd(), tcp.as_raw_fd()] {
+        let (_a, sp) = seqpacket_pair();
+        assert_eq!(errno(&[sp.as_raw_fd(), bad]).map(|r| r.errno), Some(libc::EPROTO));
+    }
+    let (app, sp) = seqpacket_pair();
+    let reply = errno(&[sp.as_raw_fd(), kernel.as_raw_fd()]).expect("a reply");
+    assert_eq!(reply.errno, 0);
+    let marker = reply.marker.expect("a marker");
+    drop((sp, kernel));
+    let mut app = UnixStream::from(app);
+    app.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    client.send_to(b"from the host", ("127.0.0.1", port)).unwrap();
+    let mut record = [0u8; 100];
+    let n = app.read(&mut record).unwrap();
+    assert_eq!(Source::decode(&record[..n]), Ok(Source(client.local_addr().unwrap())));
+    assert_eq!(&record[ordo_attach::SOURCE_LEN..n], b"from the host");
+    let mut answer = SendHeader::ToHost(client.local_addr().unwrap()).encode(marker).to_vec();
+    answer.extend_from_slice(b"back");
+    app.write_all(&answer).unwrap();
+    let mut got = [0u8; 10];
+    let (n, from) = client.recv_from(&mut got).unwrap();
+    assert_eq!((&got[..n], from.port()), (&b"back"[..], port));
+}

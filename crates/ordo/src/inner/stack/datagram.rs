@@ -10,6 +10,11 @@
 //! (`ordo_attach::SendHeader`): the datagram's destination, or a connect. A record without
 //! it goes to the socket's remote once it has one, and is dropped and counted before.
 //!
+//! A server's socket bound to the unspecified address brings its kernel socket, bound to the
+//! same port, which the flow relays too: what arrives there comes to the application with
+//! its source, and `SendHeader::ToHost` leaves by it (the service sends as the application
+//! would, through the application's own socket).
+//!
 //! UDP's promises are kept, no more: a datagram the stack cannot queue is dropped and
 //! counted, never waited for; one larger than the tunnel can carry (the stack does not
 //! fragment) is dropped and counted.
@@ -19,7 +24,7 @@ use smoltcp::iface::SocketHandle;
 use smoltcp::socket::udp;
 use smoltcp::wire::{IpAddress, IpEndpoint, IpListenEndpoint};
 use std::io;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -51,12 +56,45 @@ pub struct Flow {
     pub app: OwnedFd,
     pub local_port: u16,
     /// The only source delivered, and where a record without a header goes.
-    pub remote: Option<IpEndpoint>,
+    pub remote: Option<Remote>,
+    /// The families of the stack's datagrams delivered (an IPv4 socket takes no IPv6).
+    pub takes: Families,
+    /// A server's kernel socket bound to the same port (non-blocking).
+    pub host: Option<UdpSocket>,
     /// An unconnected socket's marker: its records carry addresses.
     pub marker: Option<[u8; MARKER_LEN]>,
     /// The tunnel's MTU: a datagram that does not fit in one packet is dropped.
     pub mtu: usize,
 }
+
+/// A connected UDP socket's remote: in the tunnel, or (a server's socket that has its kernel
+/// one) on the host's networks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remote {
+    Tunnel(IpEndpoint),
+    Host(SocketAddr),
+}
+
+/// Which families' datagrams a socket takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Families {
+    V4,
+    V6,
+    Both,
+}
+
+impl Families {
+    fn take(self, a: &IpAddress) -> bool {
+        matches!(
+            (self, a),
+            (Families::Both, _) | (Families::V4, IpAddress::Ipv4(_)) | (Families::V6, IpAddress::Ipv6(_))
+        )
+    }
+}
+
+/// Datagrams read from a host socket in one turn, so that a flood on it does not hold up
+/// the stack's other work.
+const HOST_TURN: usize = 64;
 
 impl Flow {
     /// The largest payload the tunnel carries to `to` in one packet.
@@ -130,17 +168,30 @@ pub fn relay(f: &mut Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &Data
         }
         let record = &scratch[..n];
         let header = f.marker.and_then(|m| SendHeader::decode(m, record));
+        let body = &record[ordo_attach::SEND_HEADER_LEN.min(n)..];
         let (to, payload) = match header {
             None => match f.remote {
-                Some(r) => (r, record),
+                Some(Remote::Tunnel(r)) => (r, record),
+                Some(Remote::Host(a)) => {
+                    to_host(f, a, record, drops);
+                    continue;
+                }
                 None => {
                     drops.no_destination.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
             },
-            Some(Ok(SendHeader::To(a))) => (endpoint(a), &record[ordo_attach::SEND_HEADER_LEN..]),
+            Some(Ok(SendHeader::To(a))) => (endpoint(a), body),
+            Some(Ok(SendHeader::ToHost(a))) => {
+                to_host(f, a, body, drops);
+                continue;
+            }
             Some(Ok(SendHeader::Connect(a))) => {
-                f.remote = Some(endpoint(a));
+                f.remote = Some(Remote::Tunnel(endpoint(a)));
+                continue;
+            }
+            Some(Ok(SendHeader::ConnectHost(a))) => {
+                f.remote = f.host.is_some().then_some(Remote::Host(a));
                 continue;
             }
             Some(Err(_)) => {
@@ -163,8 +214,13 @@ pub fn relay(f: &mut Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &Data
         }
     }
     while let Ok((payload, meta)) = s.peek() {
-        if f.remote.is_some_and(|r| meta.endpoint != r) {
-            // Not from the socket's remote: a connected socket does not see it.
+        let wanted = match f.remote {
+            Some(r) => r == Remote::Tunnel(meta.endpoint),
+            None => f.takes.take(&meta.endpoint.addr),
+        };
+        if !wanted {
+            // Not from the socket's remote (a connected socket does not see it), or of a
+            // family it does not take.
             let _ = s.recv();
             continue;
         }
@@ -189,7 +245,36 @@ pub fn relay(f: &mut Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &Data
         }
         let _ = s.recv();
     }
+    if let Some(host) = &f.host {
+        for _ in 0..HOST_TURN {
+            let Ok((n, from)) = host.recv_from(scratch) else { break };
+            if f.remote.is_some_and(|r| r != Remote::Host(from)) {
+                continue;
+            }
+            let source = Source(from).encode();
+            // Read already, so not kept for later: an application that does not keep up
+            // loses what it has no room for, as with a full receive buffer.
+            if send_record(fd, &[&source, &scratch[..n]]) < 0 {
+                drops.queue_full.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
     true
+}
+
+/// A datagram of the application's to the host's networks, through its kernel socket.
+fn to_host(f: &Flow, to: SocketAddr, payload: &[u8], drops: &DatagramDrops) {
+    let sent = f.host.as_ref().map(|h| h.send_to(payload, to));
+    match sent {
+        Some(Ok(_)) => {}
+        Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+            drops.queue_full.fetch_add(1, Ordering::Relaxed);
+        }
+        // No kernel socket, or the kernel refused the destination (unreachable, wrong family).
+        _ => {
+            drops.no_destination.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 fn endpoint(a: SocketAddr) -> IpEndpoint {

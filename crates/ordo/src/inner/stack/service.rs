@@ -22,7 +22,7 @@ use smoltcp::socket::{tcp, udp};
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint};
 use std::collections::HashSet;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -357,6 +357,9 @@ impl State {
         for f in &self.flows {
             let events = datagram::wanted(self.sockets.get::<udp::Socket>(f.handle));
             fds.push(pollfd(f.app.as_raw_fd(), events));
+            if let Some(h) = &f.host {
+                fds.push(pollfd(h.as_raw_fd(), libc::POLLIN));
+            }
         }
         let now = self.now();
         let mut sleep = self
@@ -495,11 +498,19 @@ impl State {
                 }
             }
             Op::BindUdp => {
-                let app = match <[OwnedFd; 1]>::try_from(p.passed) {
-                    Ok([fd]) if is_unix(fd.as_raw_fd(), libc::SOCK_SEQPACKET) => fd,
+                let mut passed = p.passed.into_iter();
+                let app = match passed.next() {
+                    Some(fd) if is_unix(fd.as_raw_fd(), libc::SOCK_SEQPACKET) => fd,
                     _ => return reply(&p.control, libc::EPROTO, None, None),
                 };
-                match self.bind_datagram(request.addr, app) {
+                let host = match passed.next() {
+                    None => None,
+                    Some(fd) => match host_datagram_socket(fd, request.addr) {
+                        Some(h) => Some(h),
+                        None => return reply(&p.control, libc::EPROTO, None, None),
+                    },
+                };
+                match self.bind_datagram(request.addr, request.v6_only, app, host) {
                     Ok((local, marker)) => send_reply(
                         &p.control,
                         Reply {
@@ -741,7 +752,12 @@ impl State {
             handle: self.sockets.add(socket),
             app,
             local_port,
-            remote: Some(IpEndpoint::new(IpAddress::from(to.ip()), to.port())),
+            remote: Some(datagram::Remote::Tunnel(IpEndpoint::new(
+                IpAddress::from(to.ip()),
+                to.port(),
+            ))),
+            takes: datagram::Families::Both,
+            host: None,
             marker: None,
             mtu: self.link.mtu,
         });
@@ -750,8 +766,15 @@ impl State {
 
     /// Binds an unconnected UDP socket of the stack to `local` (one of the stack's
     /// addresses, or the unspecified address for all of them; port 0 for a free one) for
-    /// `app`. Returns its address and the marker its headers start with.
-    fn bind_datagram(&mut self, mut local: SocketAddr, app: OwnedFd) -> Result<(SocketAddr, [u8; 8]), i32> {
+    /// `app`, relaying its kernel socket `host` too if it brought one. Returns its address
+    /// and the marker its headers start with.
+    fn bind_datagram(
+        &mut self,
+        mut local: SocketAddr,
+        v6_only: bool,
+        app: OwnedFd,
+        host: Option<UdpSocket>,
+    ) -> Result<(SocketAddr, [u8; 8]), i32> {
         if self.connections.len() + self.flows.len() >= MAX_CONNECTIONS {
             return Err(libc::EMFILE);
         }
@@ -760,6 +783,9 @@ impl State {
             return Err(libc::EADDRNOTAVAIL);
         }
         set_nonblocking(app.as_raw_fd()).map_err(|e| errno_of(&e))?;
+        if let Some(h) = &host {
+            h.set_nonblocking(true).map_err(|e| errno_of(&e))?;
+        }
         if local.port() == 0 {
             local.set_port(self.take_udp_port().ok_or(libc::EADDRNOTAVAIL)?);
         } else if !self.udp_ports_in_use.insert(local.port()) {
@@ -776,6 +802,12 @@ impl State {
             app,
             local_port: local.port(),
             remote: None,
+            takes: match local.ip() {
+                IpAddr::V4(_) => datagram::Families::V4,
+                IpAddr::V6(_) if v6_only || !wildcard => datagram::Families::V6,
+                IpAddr::V6(_) => datagram::Families::Both,
+            },
+            host,
             marker: Some(marker),
             mtu: self.link.mtu,
         });
@@ -1054,6 +1086,35 @@ fn writable(fd: RawFd) -> bool {
     let mut p = pollfd(fd, libc::POLLOUT);
     // SAFETY: one valid pollfd, no waiting.
     unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLOUT != 0 }
+}
+
+/// The application's kernel socket passed with a UDP bind to `addr` (the unspecified address
+/// and a port): a UDP socket bound to that port, or None (the request is refused).
+fn host_datagram_socket(fd: OwnedFd, addr: SocketAddr) -> Option<UdpSocket> {
+    let udp = socket_int(&fd, libc::SO_PROTOCOL) == Some(libc::IPPROTO_UDP)
+        && matches!(socket_int(&fd, libc::SO_DOMAIN), Some(libc::AF_INET | libc::AF_INET6));
+    if !udp || !addr.ip().is_unspecified() || addr.port() == 0 {
+        return None;
+    }
+    let socket = UdpSocket::from(fd);
+    (socket.local_addr().ok()?.port() == addr.port()).then_some(socket)
+}
+
+/// An int option of a socket at SOL_SOCKET.
+fn socket_int(fd: &OwnedFd, opt: libc::c_int) -> Option<libc::c_int> {
+    let mut v: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are a valid buffer for an int socket option.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v)
 }
 
 /// The application's kernel socket passed with a listen on `addr` (the unspecified address
