@@ -796,6 +796,9 @@ except OSError as e:
 # the far end by curl (twice, and by two clients at once); nc listening, fed from the far end.
 t_servers() {
     setup
+    # A keepalive: A's interface makes the handshake as soon as it is up, so that the far
+    # end's first connection does not wait out a handshake lost to an interface not up yet.
+    sed -i '/^AllowedIPs/a PersistentKeepalive = 25' "$CONF"
     mkdir -p "$WORK/www"
     head -c 5M /dev/urandom >"$WORK/www/blob"
     chmod -R a+rX "$WORK/www"
@@ -839,9 +842,12 @@ t_servers() {
 # 0.0.0.0 by default, and with `--bind ::` an IPv6 socket taking IPv4 too. The far end
 # reaches each through the tunnel (IPv4, and IPv6 for ::) and, in the same run, through the
 # veth (B to A's veth address); A's loopback reaches them; each server sees each client's
-# own address.
+# own address. nc listening on every address takes a connection through the tunnel.
 t_wildcard_server() {
     setup
+    # A keepalive: A's interface makes the handshake as soon as it is up, so that the far
+    # end's first connection does not wait out a handshake lost to an interface not up yet.
+    sed -i '/^AllowedIPs/a PersistentKeepalive = 25' "$CONF"
     mkdir -p "$WORK/www"
     head -c 2M /dev/urandom >"$WORK/www/blob"
     chmod -R a+rX "$WORK/www"
@@ -874,6 +880,17 @@ t_wildcard_server() {
     done
     pkill -f -- "-m http.server 809" || true
     wait $server 2>/dev/null || true
+    # nc listening on every address (a blocking accept), fed from the far end through the
+    # tunnel.
+    head -c 1M /dev/urandom >"$WORK/nc.in"
+    as_user "$ORDO" run -c "$CONF" -- nc -l -N 7003 >"$WORK/nc.out" &
+    local srv=$!
+    for _ in $(seq 50); do
+        ip netns exec "$NS_B" nc -N -w 10 "$IN_A" 7003 <"$WORK/nc.in" 2>/dev/null && break
+        sleep 0.2
+    done
+    wait $srv || true
+    cmp "$WORK/nc.in" "$WORK/nc.out" || fail "nc listening on every address: bytes differ"
 }
 
 run_test "curl_download[$PEER]" t_curl_download
