@@ -792,6 +792,46 @@ except OSError as e:
     [[ -z $left ]] || fail "ordo down left $left"
 }
 
+# A stack interface started by root gives root up once set up: its daemon runs as nobody
+# with only CAP_NET_ADMIN and CAP_NET_BIND_SERVICE (what the TUN daemon keeps), yet stays
+# root's: root's programs attach and reach the far end, nobody's cannot (its sockets are
+# root's, and SO_PEERCRED says who asks), and `ordo down` leaves none of its files behind
+# (root's directory, which its janitors clean).
+t_root_stack() {
+    setup
+    local conf="$WORK/rootstack0.conf" pid status got
+    sed '/^Address/a Inner = stack' "$CONF" >"$conf"
+    chmod 600 "$conf"
+    mkdir -p "$WORK/www"
+    echo through >"$WORK/www/where"
+    http_server "$NS_B" "$IN_B" 8000 "$WORK/www"
+    ip netns exec "$NS_A" "$ORDO" up "$conf" || fail "ordo up of a stack interface as root"
+    pid=$(pgrep -f -- "--foreground $conf") || fail "no daemon"
+    status=$(cat "/proc/$pid/status")
+    grep -E "^Uid:\s+$(id -u nobody)\s" <<<"$status" >/dev/null || fail "the daemon is not nobody: $status"
+    grep -E "^CapEff:\s+0000000000001400$" <<<"$status" >/dev/null || fail "the daemon's capabilities: $status"
+    got=$(ip netns exec "$NS_A" "$ORDO" run --attach rootstack0 -- curl -sS --max-time 20 "http://$IN_B:8000/where") ||
+        fail "root's program through the interface: $got"
+    [[ $got == through ]] || fail "root's program got: $got"
+    as_user "$ORDO" run --attach root:rootstack0 -- true 2>/dev/null && fail "nobody attached to root's interface"
+    got=$(as_user "$PY" -c "
+import socket
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect('/var/run/wireguard/rootstack0.attach')
+    print('connected')
+except OSError as e:
+    print(e.strerror)
+")
+    [[ $got == 'Permission denied' ]] || fail "nobody and root's attach socket: $got"
+    ip netns exec "$NS_A" "$ORDO" down "$conf" || fail "ordo down"
+    for _ in $(seq 50); do
+        [[ -z $(find /var/run/wireguard -maxdepth 1 -name 'rootstack0.*') ]] && return 0
+        sleep 0.1
+    done
+    fail "left behind: $(find /var/run/wireguard -maxdepth 1 -name 'rootstack0.*')"
+}
+
 # A server under `ordo run`: python's http.server bound to the tunnel address, reached from
 # the far end by curl (twice, and by two clients at once); nc listening, fed from the far end.
 t_servers() {
@@ -901,6 +941,7 @@ run_test "udp_unconnected[$PEER]" t_udp_unconnected
 run_test "dns[$PEER]" t_dns
 run_test "ssh[$PEER]" t_ssh
 run_test "shared[$PEER]" t_shared
+run_test "root_stack[$PEER]" t_root_stack
 run_test "python_clients[$PEER]" t_python_clients
 run_test "iperf3[$PEER]" t_iperf3
 run_test "nc[$PEER]" t_nc

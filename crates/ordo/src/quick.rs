@@ -72,10 +72,10 @@ pub fn up(arg: &str, privileges: &Privileges, inner: Option<InnerKind>, foregrou
     if inner.or(cfg.interface.inner).or(from_env).unwrap_or_default() == InnerKind::Stack {
         // No device, routes or firewall: programs attach to the stack.
         return if foreground {
-            crate::shared_stack::serve(&cfg, &path, &ifname)
+            crate::shared_stack::serve(&cfg, &path, &ifname, privileges)
         } else {
             run_hooks(&cfg.interface.pre_up, &ifname)?;
-            crate::shared_stack::up(&path, &ifname)?;
+            crate::shared_stack::up(&path, &ifname, privileges)?;
             run_hooks(&cfg.interface.post_up, &ifname)
         };
     }

@@ -11,8 +11,8 @@
 //! addresses, its `DNS =`). `ordo down NAME` removes the UAPI socket, which ends the daemon.
 
 use crate::config::wgquick::WgQuickConfig;
-use crate::daemon;
-use crate::inner::stack::Guests;
+use crate::daemon::{self, janitor, privileges::Privileges};
+use crate::inner::stack::{Attachers, Guests};
 use crate::uapi;
 use anyhow::{bail, Context, Result};
 use ipnet::IpNet;
@@ -39,24 +39,23 @@ pub fn is_up(ifname: &str) -> bool {
 
 /// Starts the interface in the background (this executable again, `ordo up --foreground`)
 /// and returns once it serves.
-pub fn up(config: &Path, ifname: &str) -> Result<()> {
+pub fn up(config: &Path, ifname: &str, privileges: &Privileges) -> Result<()> {
     if is_up(ifname) {
         bail!("{ifname} is already up");
     }
-    let args = [
-        "up".into(),
-        "--inner".into(),
-        "stack".into(),
-        "--foreground".into(),
-        config.into(),
-    ];
+    let mut args: Vec<std::ffi::OsString> = vec!["up".into()];
+    args.extend(privileges.to_args().into_iter().map(Into::into));
+    args.extend(["--inner".into(), "stack".into(), "--foreground".into(), config.into()]);
     daemon::detach(&args, ifname)
 }
 
 /// Runs the interface in this process until `ordo down` (its UAPI socket removed), a
 /// signal, or a fault ends it.
-pub fn serve(cfg: &WgQuickConfig, source: &Path, ifname: &str) -> Result<()> {
+pub fn serve(cfg: &WgQuickConfig, source: &Path, ifname: &str, privileges: &Privileges) -> Result<()> {
     let guests = resolve_guests(cfg, source)?;
+    // The interface is its starter's, whoever the daemon becomes below.
+    // SAFETY: getuid cannot fail.
+    let owner = unsafe { libc::getuid() };
     let log = daemon::open_detached_log()?;
     let dir = uapi::ensure_socket_dir().context("the sockets' directory")?;
     let (uapi_listener, uapi_path) =
@@ -93,7 +92,21 @@ pub fn serve(cfg: &WgQuickConfig, source: &Path, ifname: &str) -> Result<()> {
     }
     daemon::exit_on_panic(Some(uapi_path.clone()));
     daemon::privileges::not_dumpable()?;
-    let stack = crate::stack_interface::start(cfg, source, ifname, attach_listener, guests)?;
+    // Started as root, it needs root no more: a stack interface needs no capability, and
+    // its user may not remove root's files, which a janitor each removes when it ends.
+    let mut _janitors = Vec::new();
+    if let (Privileges::Drop { user }, true) = (privileges, owner == 0) {
+        for f in &files.0 {
+            let stderr = match &log {
+                Some(l) => l.try_clone()?.into(),
+                None => std::process::Stdio::inherit(),
+            };
+            _janitors.push(janitor::spawn(f, stderr)?);
+        }
+        daemon::privileges::drop_privileges(user, false)
+            .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
+    }
+    let stack = crate::stack_interface::start(cfg, source, ifname, attach_listener, Attachers { owner, guests })?;
     *stack.device.uapi_path.lock().unwrap_or_else(|p| p.into_inner()) = Some(uapi_path);
     let d = stack.device.clone();
     std::thread::Builder::new()

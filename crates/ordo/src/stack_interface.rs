@@ -6,7 +6,7 @@
 use crate::config::{self, wgquick::WgQuickConfig};
 use crate::device::Device;
 use crate::inner::stack::service::Service;
-use crate::inner::stack::{Guests, StackSettings};
+use crate::inner::stack::{Attachers, StackSettings};
 use crate::placement::model::PlaneConfig;
 use crate::uapi;
 use anyhow::{bail, Context, Result};
@@ -25,13 +25,13 @@ pub struct StackInterface {
 }
 
 /// Starts a stack interface named `name` from the wg-quick file `cfg` (read from `source`),
-/// serving programs on `attach`: this user's, root's and `guests`'.
+/// serving the programs of `attachers` on `attach`.
 pub fn start(
     cfg: &WgQuickConfig,
     source: &Path,
     name: &str,
     attach: UnixListener,
-    guests: Guests,
+    attachers: Attachers,
 ) -> Result<StackInterface> {
     if cfg.interface.addresses.is_empty() {
         bail!(
@@ -46,7 +46,7 @@ pub fn start(
     let settings = StackSettings {
         addresses: cfg.interface.addresses.clone(),
         mtu: cfg.interface.mtu.unwrap_or(1420) as usize,
-        guests,
+        attachers,
     };
     let (device, wires) = Device::create_stack(name, &plane, settings.mtu).context("creating the stack interface")?;
     let request = config::set_request(cfg, None)?;

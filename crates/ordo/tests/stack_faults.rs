@@ -74,7 +74,7 @@ fn end(me: &Side, them: &Side, outer: FaultInjector<MemoryOuter>, plan: Plan) ->
     let settings = StackSettings {
         addresses: vec![format!("{}/24", me.inner).parse().unwrap()],
         mtu: 1420,
-        guests: Default::default(),
+        attachers: ordo::inner::stack::Attachers::own(),
     };
     let (inner, wires) = StackPort::new(plan.queues.len(), settings.mtu).unwrap();
     let plane = DataPlane::new(core, inner, outer, plan);

@@ -38,7 +38,7 @@ fn start() -> Running {
     let settings = StackSettings {
         addresses: vec!["10.99.0.1/24".parse().unwrap()],
         mtu: 1420,
-        guests: Default::default(),
+        attachers: ordo::inner::stack::Attachers::own(),
     };
     let (port, wires) = StackPort::new(1, settings.mtu).unwrap();
     let service = Service::start(wires, &settings, listener).unwrap();

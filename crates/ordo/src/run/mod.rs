@@ -41,7 +41,7 @@ pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
     let socket = dir.path.join("attach.sock");
     let listener = UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
     let name = format!("run{}", std::process::id());
-    let stack = stack_interface::start(&cfg, config, &name, listener, Default::default())?;
+    let stack = stack_interface::start(&cfg, config, &name, listener, crate::inner::stack::Attachers::own())?;
     let program = Program {
         preload,
         socket,

@@ -30,8 +30,31 @@ const INBOX: usize = 4096;
 pub struct StackSettings {
     pub addresses: Vec<IpNet>,
     pub mtu: usize,
-    /// Who besides the interface's own user (and root) may attach programs to it.
+    /// Who may attach programs to it.
+    pub attachers: Attachers,
+}
+
+/// Who may attach programs to a stack interface: its user (who started it: the daemon may
+/// since have become another), root, and its guests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Attachers {
+    pub owner: u32,
     pub guests: Guests,
+}
+
+impl Attachers {
+    /// The interface's process's own user as the owner, no guests.
+    pub fn own() -> Attachers {
+        Attachers {
+            // SAFETY: getuid cannot fail.
+            owner: unsafe { libc::getuid() },
+            guests: Guests::default(),
+        }
+    }
+
+    pub fn admit(&self, uid: u32) -> bool {
+        uid == self.owner || uid == 0 || self.guests.admit(uid)
+    }
 }
 
 /// Users other than the interface's own whose programs may attach to it (`AttachUsers =`):

@@ -218,8 +218,7 @@ struct State {
     started: Instant,
     stop: Arc<AtomicBool>,
     wake: Arc<WakeUp>,
-    uid: u32,
-    guests: super::Guests,
+    attachers: super::Attachers,
 }
 
 fn errno_of(e: &io::Error) -> i32 {
@@ -286,9 +285,7 @@ impl State {
             started,
             stop,
             wake,
-            // SAFETY: getuid cannot fail.
-            uid: unsafe { libc::getuid() },
-            guests: settings.guests.clone(),
+            attachers: settings.attachers.clone(),
         }
     }
 
@@ -431,7 +428,7 @@ impl State {
                 &mut len,
             )
         };
-        r == 0 && (cred.uid == self.uid || cred.uid == 0 || self.guests.admit(cred.uid))
+        r == 0 && self.attachers.admit(cred.uid)
     }
 
     /// Reads what pending requests sent; a complete one is served, a bad or late one dropped
