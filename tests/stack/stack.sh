@@ -626,13 +626,14 @@ print(back.decode())
 # on the far end's tunnel address answers, and sees the queries come from A's tunnel
 # address. curl by full name and by short name (the search domain), python's getaddrinfo for
 # IPv6 with the canonical name of an alias, a name nobody has (EAI_NONAME), and localhost
-# from the hosts file, still the host's.
+# from the hosts file, still the host's; getnameinfo of the server's addresses (their PTR
+# records), and of one without a name (the number, or EAI_NONAME when a name is required).
 t_dns() {
     setup
     sed -i "/^Address/a DNS = $IN_B, ordo.test" "$CONF"
     ip netns exec "$NS_B" dnsmasq --keep-in-foreground --conf-file=/dev/null --no-resolv --no-hosts \
         --user=nobody --listen-address="$IN_B" --bind-interfaces \
-        --local=/ordo.test/ --host-record="web.ordo.test,$IN_B,$IN6_B" --cname=alias.ordo.test,web.ordo.test \
+        --local=/ordo.test/ --local=/99.10.in-addr.arpa/ --host-record="web.ordo.test,$IN_B,$IN6_B" --cname=alias.ordo.test,web.ordo.test \
         --log-queries --log-facility=- 2>"$WORK/dnsmasq.log" &
     mkdir -p "$WORK/www"
     echo tunnel >"$WORK/www/where"
@@ -656,10 +657,20 @@ try:
 except socket.gaierror as e:
     print(e.errno == socket.EAI_NONAME)
 print(socket.getaddrinfo('localhost', 80, socket.AF_INET)[0][4][0])
+print(socket.getnameinfo(('$IN_B', 80), socket.NI_NUMERICSERV), socket.getnameinfo(('$IN6_B', 80, 0, 0), socket.NI_NAMEREQD | socket.NI_NOFQDN)[0])
+print(socket.getnameinfo(('10.99.0.77', 80), socket.NI_NUMERICSERV)[0])
+try:
+    socket.getnameinfo(('10.99.0.77', 80), socket.NI_NAMEREQD)
+    print('named')
+except socket.gaierror as e:
+    print(e.errno == socket.EAI_NONAME)
 ") || fail "the program failed: $got"
-    [[ $got == "$IN6_B web.ordo.test"$'\nTrue\n127.0.0.1' ]] || fail "got: $got"
+    [[ $got == "$IN6_B web.ordo.test"$'\nTrue\n127.0.0.1\n'"('web.ordo.test', '80') web"$'\n10.99.0.77\nTrue' ]] ||
+        fail "got: $got"
     grep "query\[A\] web.ordo.test from $IN_A" "$WORK/dnsmasq.log" >/dev/null \
         || fail "dnsmasq did not see the query come through the tunnel: $(cat "$WORK/dnsmasq.log")"
+    grep "query\[PTR\] 2.0.99.10.in-addr.arpa from $IN_A" "$WORK/dnsmasq.log" >/dev/null \
+        || fail "dnsmasq did not see the reverse query: $(cat "$WORK/dnsmasq.log")"
 }
 
 # ssh (OpenSSH, key authentication) to an sshd behind the far end, as the unprivileged user:

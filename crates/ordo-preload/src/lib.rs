@@ -1285,6 +1285,70 @@ pub unsafe extern "C" fn getaddrinfo(
     }
 }
 
+/// getnameinfo(3): with the tunnel's name servers set (`DNS =`), an address's name is asked
+/// of them (its PTR record) unless `/etc/hosts` names it or the caller asks for the number;
+/// the service's name and every other case are the C library's.
+///
+/// # Safety
+/// As getnameinfo(3).
+#[no_mangle]
+pub unsafe extern "C" fn getnameinfo(
+    sa: *const sockaddr,
+    salen: socklen_t,
+    host: *mut libc::c_char,
+    hostlen: socklen_t,
+    serv: *mut libc::c_char,
+    servlen: socklen_t,
+    flags: c_int,
+) -> c_int {
+    let wanted = !host.is_null() && hostlen > 0 && flags & libc::NI_NUMERICHOST == 0;
+    // SAFETY: the caller's address, as getnameinfo(3) promises it.
+    let ip = wanted
+        .then(|| unsafe { addr::read(sa, salen) })
+        .flatten()
+        .map(|a| addr::unmapped(a).ip());
+    let (Some(dns), Some(ip)) = (resolve::settings(), ip) else {
+        // SAFETY: the caller's arguments, unchanged.
+        return unsafe { real::getnameinfo(sa, salen, host, hostlen, serv, servlen, flags) };
+    };
+    if ip.is_loopback() || resolve::hosts_name_of(ip).is_some() {
+        // SAFETY: as above.
+        return unsafe { real::getnameinfo(sa, salen, host, hostlen, serv, servlen, flags) };
+    }
+    std::panic::catch_unwind(|| {
+        let name = match resolve::reverse(dns, ip) {
+            Ok(name) => name,
+            Err(e) if flags & libc::NI_NAMEREQD != 0 => return e,
+            // No name: the number, as the C library gives it.
+            Err(_) => {
+                // SAFETY: the caller's arguments, the number asked for.
+                return unsafe {
+                    real::getnameinfo(sa, salen, host, hostlen, serv, servlen, flags | libc::NI_NUMERICHOST)
+                };
+            }
+        };
+        let name = if flags & libc::NI_NOFQDN != 0 {
+            name.split('.').next().unwrap_or(&name).to_string()
+        } else {
+            name
+        };
+        if name.len() + 1 > hostlen as usize {
+            return libc::EAI_OVERFLOW;
+        }
+        // SAFETY: `host` has `hostlen` writable bytes, more than the name and its NUL.
+        unsafe {
+            std::ptr::copy_nonoverlapping(name.as_ptr(), host.cast::<u8>(), name.len());
+            *host.add(name.len()) = 0;
+        }
+        if serv.is_null() || servlen == 0 {
+            return 0;
+        }
+        // SAFETY: the caller's address and service buffer; the host part is done.
+        unsafe { real::getnameinfo(sa, salen, std::ptr::null_mut(), 0, serv, servlen, flags) }
+    })
+    .unwrap_or(libc::EAI_SYSTEM)
+}
+
 /// Whether `name` is one for the tunnel's name servers: not numeric, not asked to be, not in
 /// the hosts file.
 fn resolved_by_tunnel(name: &str, hints: Option<&libc::addrinfo>) -> bool {

@@ -55,6 +55,7 @@ static RECVMSG: Real = Real::new(b"recvmsg\0");
 static RECVMMSG: Real = Real::new(b"recvmmsg\0");
 static GETADDRINFO: Real = Real::new(b"getaddrinfo\0");
 static READ: Real = Real::new(b"read\0");
+static GETNAMEINFO: Real = Real::new(b"getnameinfo\0");
 static RECV: Real = Real::new(b"recv\0");
 
 type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
@@ -69,6 +70,15 @@ type SendMsgFn = unsafe extern "C" fn(c_int, *const libc::msghdr, c_int) -> libc
 type SendMmsgFn = unsafe extern "C" fn(c_int, *mut libc::mmsghdr, libc::c_uint, c_int) -> c_int;
 type RecvFromFn =
     unsafe extern "C" fn(c_int, *mut c_void, libc::size_t, c_int, *mut sockaddr, *mut socklen_t) -> libc::ssize_t;
+type GetNameInfoFn = unsafe extern "C" fn(
+    *const sockaddr,
+    socklen_t,
+    *mut libc::c_char,
+    socklen_t,
+    *mut libc::c_char,
+    socklen_t,
+    c_int,
+) -> c_int;
 type ReadFn = unsafe extern "C" fn(c_int, *mut c_void, libc::size_t) -> libc::ssize_t;
 type RecvFn = unsafe extern "C" fn(c_int, *mut c_void, libc::size_t, c_int) -> libc::ssize_t;
 type RecvMsgFn = unsafe extern "C" fn(c_int, *mut libc::msghdr, c_int) -> libc::ssize_t;
@@ -303,4 +313,23 @@ pub unsafe fn recv(fd: c_int, buf: *mut c_void, len: libc::size_t, flags: c_int)
     let f: RecvFn = unsafe { std::mem::transmute::<usize, RecvFn>(RECV.get()) };
     // SAFETY: the caller's contract is recv(2)'s.
     unsafe { f(fd, buf, len, flags) }
+}
+
+/// The C library's getnameinfo.
+///
+/// # Safety
+/// As getnameinfo(3).
+pub unsafe fn getnameinfo(
+    sa: *const sockaddr,
+    salen: socklen_t,
+    host: *mut libc::c_char,
+    hostlen: socklen_t,
+    serv: *mut libc::c_char,
+    servlen: socklen_t,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the address is the C library's `getnameinfo`, whose type this is.
+    let f: GetNameInfoFn = unsafe { std::mem::transmute::<usize, GetNameInfoFn>(GETNAMEINFO.get()) };
+    // SAFETY: the caller's contract is getnameinfo(3)'s.
+    unsafe { f(sa, salen, host, hostlen, serv, servlen, flags) }
 }

@@ -7,8 +7,9 @@
 //!
 //! As glibc's stub resolver: a name with no dot is tried with each search domain first, one
 //! with a dot as it is first; each server in turn, [`ATTEMPTS`] rounds of [`TIMEOUT`] each.
-//! Not done: TCP when an answer is truncated (the addresses of a name fit in a datagram),
-//! reverse lookups (getnameinfo), the older gethostbyname family.
+//! Reverse lookups (`getnameinfo`) ask the same servers for the address's PTR record, unless
+//! `/etc/hosts` names the address. Not done: TCP when an answer is truncated (the addresses
+//! of a name fit in a datagram), the older gethostbyname and gethostbyaddr family.
 
 use libc::c_int;
 use ordo_attach::Dns;
@@ -44,6 +45,8 @@ pub struct Found {
     /// The name that answered (the last of a CNAME chain).
     pub canonical: String,
     pub addresses: Vec<IpAddr>,
+    /// The names a PTR query found.
+    pub pointers: Vec<String>,
 }
 
 /// The addresses of `name` of the families asked (AF_UNSPEC: IPv4 and IPv6), or
@@ -72,6 +75,50 @@ pub fn lookup(dns: &Dns, name: &str, family: c_int) -> Result<Found, c_int> {
         (_, true) => EAI_NODATA,
         (true, false) => libc::EAI_NONAME,
         (false, false) => libc::EAI_AGAIN,
+    })
+}
+
+/// The name of `ip` (its PTR record), or getnameinfo's error: EAI_NONAME when it has none,
+/// EAI_AGAIN when no server answered.
+pub fn reverse(dns: &Dns, ip: IpAddr) -> Result<String, c_int> {
+    match ask_servers(dns, &arpa_name(ip), &[TYPE::PTR]) {
+        Some(Answer::Found(found)) => (found.pointers.into_iter().next())
+            .map(|n| n.trim_end_matches('.').to_string())
+            .ok_or(libc::EAI_NONAME),
+        Some(Answer::NoSuchName) => Err(libc::EAI_NONAME),
+        None => Err(libc::EAI_AGAIN),
+    }
+}
+
+/// The name a PTR query for `ip` asks about (RFC 1035 3.5, RFC 3596 2.5).
+fn arpa_name(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            format!("{}.{}.{}.{}.in-addr.arpa", o[3], o[2], o[1], o[0])
+        }
+        IpAddr::V6(v6) => {
+            let mut name = String::with_capacity(72);
+            for b in v6.octets().iter().rev() {
+                name.push_str(&format!("{:x}.{:x}.", b & 0x0f, b >> 4));
+            }
+            name.push_str("ip6.arpa");
+            name
+        }
+    }
+}
+
+/// The name the host's `/etc/hosts` gives `ip`, if any (then the host's resolver answers).
+pub fn hosts_name_of(ip: IpAddr) -> Option<String> {
+    let text = std::fs::read_to_string("/etc/hosts").ok()?;
+    hosts_name(&text, ip)
+}
+
+fn hosts_name(text: &str, ip: IpAddr) -> Option<String> {
+    text.lines().map(|l| l.split('#').next().unwrap_or("")).find_map(|l| {
+        let mut words = l.split_whitespace();
+        let addr: IpAddr = words.next()?.parse().ok()?;
+        (addr == ip).then(|| words.next().map(str::to_string)).flatten()
     })
 }
 
@@ -165,6 +212,7 @@ fn ask(server: SocketAddr, name: &str, types: &[TYPE]) -> Option<Answer> {
     let mut found = Found {
         canonical: name.to_string(),
         addresses: Vec::new(),
+        pointers: Vec::new(),
     };
     let mut buf = vec![0u8; 4096];
     while !ids.is_empty() {
@@ -193,6 +241,7 @@ fn ask(server: SocketAddr, name: &str, types: &[TYPE]) -> Option<Answer> {
                 RData::A(a) => found.addresses.push(IpAddr::V4(Ipv4Addr::from(a.address))),
                 RData::AAAA(a) => found.addresses.push(IpAddr::V6(Ipv6Addr::from(a.address))),
                 RData::CNAME(c) => found.canonical = c.0.to_string(),
+                RData::PTR(p) => found.pointers.push(p.0.to_string()),
                 _ => {}
             }
         }
@@ -271,6 +320,18 @@ mod tests {
             ["web.eu", "web.eu.corp.example", "web.eu.lab"]
         );
         assert_eq!(candidates(&dns, "web.example."), ["web.example"]);
+    }
+
+    #[test]
+    fn reverse_names_are_the_arpa_forms() {
+        assert_eq!(arpa_name("10.99.0.2".parse().unwrap()), "2.0.99.10.in-addr.arpa");
+        assert_eq!(
+            arpa_name("2001:db8::567:89ab".parse().unwrap()),
+            "b.a.9.8.7.6.5.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa"
+        );
+        let hosts = "127.0.0.1 localhost\n10.99.0.2 web web.lab # the web\n# 10.99.0.3 gone\n";
+        assert_eq!(hosts_name(hosts, "10.99.0.2".parse().unwrap()), Some("web".into()));
+        assert_eq!(hosts_name(hosts, "10.99.0.3".parse().unwrap()), None);
     }
 
     #[test]
