@@ -5,6 +5,7 @@ import os
 import select
 import selectors
 import socket
+import sys
 
 B = ("@B@", 8000)
 REQ = b"GET /where HTTP/1.0\r\n\r\n"
@@ -99,6 +100,28 @@ def forked_child():
     return "through" if os.waitstatus_to_exitcode(status) == 0 else "child failed"
 
 
+def exec_child():
+    # A child that execs a new program with the connection: the new program's library
+    # knows it for what it is (its peer, its name), and the bytes flow. The new program is
+    # this script again, told by its arguments which descriptor to take.
+    s = socket.create_connection(B, timeout=10)
+    s.set_inheritable(True)
+    pid = os.fork()
+    if pid == 0:
+        os.execv(sys.executable, [sys.executable, __file__, "exec", str(s.fileno())])
+    s.close()
+    _, status = os.waitpid(pid, 0)
+    return "through" if os.waitstatus_to_exitcode(status) == 0 else "exec'd child failed"
+
+
+if sys.argv[1:2] == ["exec"]:
+    s = socket.socket(fileno=int(sys.argv[2]))
+    # The parent's timeout left the descriptor non-blocking; this socket object waits.
+    s.settimeout(10)
+    ok = s.getpeername()[:2] == B and s.getsockname()[0].startswith("10.99.0.")
+    s.sendall(REQ)
+    sys.exit(0 if ok and read_all_blocking(s) == "through" else 1)
+
 for name, f in [
     ("blocking", blocking),
     ("destinations", with_destinations),
@@ -106,5 +129,6 @@ for name, f in [
     ("epoll_before_connect", epoll_before_connect),
     ("asyncio", lambda: asyncio.run(with_asyncio())),
     ("fork", forked_child),
+    ("exec", exec_child),
 ]:
     print(name, f())

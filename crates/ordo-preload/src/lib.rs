@@ -25,6 +25,7 @@ mod addr;
 mod attach;
 mod datagram;
 mod epoll;
+mod inherit;
 mod real;
 mod resolve;
 mod sockets;
@@ -47,6 +48,8 @@ fn settings() -> Option<&'static Settings> {
         .get_or_init(|| {
             let socket = PathBuf::from(std::env::var_os(ordo_attach::ENV_SOCKET)?);
             let routes = ordo_attach::parse_routes(&std::env::var(ordo_attach::ENV_ROUTES).unwrap_or_default());
+            // The tunnel sockets an earlier image of this process held, if it exec'd.
+            let _ = std::panic::catch_unwind(inherit::import);
             Some(Settings { socket, routes })
         })
         .as_ref()
@@ -574,6 +577,77 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mu
         let _ = std::panic::catch_unwind(|| epoll::note(epfd, op, fd, e));
     }
     r
+}
+
+extern "C" {
+    /// The process's environment (the C library's).
+    static environ: *const *const libc::c_char;
+}
+
+/// execve(2): the tunnel sockets' table goes along in the new program's environment
+/// (`inherit`), so that the library there still knows them. Nothing here allocates: it runs
+/// between fork and exec.
+///
+/// # Safety
+/// As execve(2).
+#[no_mangle]
+pub unsafe extern "C" fn execve(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> c_int {
+    // SAFETY: the caller's arguments, the environment with the table.
+    match unsafe { inherit::with_table(envp, |env| real::execve(path, argv, env)) } {
+        Some(r) => r,
+        // SAFETY: the caller's arguments, unchanged.
+        None => unsafe { real::execve(path, argv, envp) },
+    }
+}
+
+/// execvpe(3): as [`execve`].
+///
+/// # Safety
+/// As execvpe(3).
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    file: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> c_int {
+    // SAFETY: the caller's arguments, the environment with the table.
+    match unsafe { inherit::with_table(envp, |env| real::execvpe(file, argv, env)) } {
+        Some(r) => r,
+        // SAFETY: the caller's arguments, unchanged.
+        None => unsafe { real::execvpe(file, argv, envp) },
+    }
+}
+
+/// execv(3): as [`execve`], with the process's environment.
+///
+/// # Safety
+/// As execv(3).
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const libc::c_char, argv: *const *const libc::c_char) -> c_int {
+    // SAFETY: the C library's environment; the caller's arguments.
+    match unsafe { inherit::with_table(environ, |env| real::execve(path, argv, env)) } {
+        Some(r) => r,
+        // SAFETY: the caller's arguments, unchanged.
+        None => unsafe { real::execv(path, argv) },
+    }
+}
+
+/// execvp(3): as [`execve`], with the process's environment.
+///
+/// # Safety
+/// As execvp(3).
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const libc::c_char, argv: *const *const libc::c_char) -> c_int {
+    // SAFETY: the C library's environment; the caller's arguments.
+    match unsafe { inherit::with_table(environ, |env| real::execvpe(file, argv, env)) } {
+        Some(r) => r,
+        // SAFETY: the caller's arguments, unchanged.
+        None => unsafe { real::execvp(file, argv) },
+    }
 }
 
 /// What a send with a destination does on a descriptor.

@@ -56,6 +56,10 @@ static RECVMMSG: Real = Real::new(b"recvmmsg\0");
 static GETADDRINFO: Real = Real::new(b"getaddrinfo\0");
 static READ: Real = Real::new(b"read\0");
 static GETNAMEINFO: Real = Real::new(b"getnameinfo\0");
+static EXECVE: Real = Real::new(b"execve\0");
+static EXECV: Real = Real::new(b"execv\0");
+static EXECVP: Real = Real::new(b"execvp\0");
+static EXECVPE: Real = Real::new(b"execvpe\0");
 static RECV: Real = Real::new(b"recv\0");
 
 type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
@@ -79,6 +83,9 @@ type GetNameInfoFn = unsafe extern "C" fn(
     socklen_t,
     c_int,
 ) -> c_int;
+type ExecveFn =
+    unsafe extern "C" fn(*const libc::c_char, *const *const libc::c_char, *const *const libc::c_char) -> c_int;
+type ExecvFn = unsafe extern "C" fn(*const libc::c_char, *const *const libc::c_char) -> c_int;
 type ReadFn = unsafe extern "C" fn(c_int, *mut c_void, libc::size_t) -> libc::ssize_t;
 type RecvFn = unsafe extern "C" fn(c_int, *mut c_void, libc::size_t, c_int) -> libc::ssize_t;
 type RecvMsgFn = unsafe extern "C" fn(c_int, *mut libc::msghdr, c_int) -> libc::ssize_t;
@@ -332,4 +339,56 @@ pub unsafe fn getnameinfo(
     let f: GetNameInfoFn = unsafe { std::mem::transmute::<usize, GetNameInfoFn>(GETNAMEINFO.get()) };
     // SAFETY: the caller's contract is getnameinfo(3)'s.
     unsafe { f(sa, salen, host, hostlen, serv, servlen, flags) }
+}
+
+/// The C library's execve.
+///
+/// # Safety
+/// As execve(2).
+pub unsafe fn execve(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> c_int {
+    // SAFETY: the address is the C library's `execve`, whose type this is.
+    let f: ExecveFn = unsafe { std::mem::transmute::<usize, ExecveFn>(EXECVE.get()) };
+    // SAFETY: the caller's contract is execve(2)'s.
+    unsafe { f(path, argv, envp) }
+}
+
+/// The C library's execvpe.
+///
+/// # Safety
+/// As execvpe(3).
+pub unsafe fn execvpe(
+    file: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> c_int {
+    // SAFETY: the address is the C library's `execvpe`, whose type this is.
+    let f: ExecveFn = unsafe { std::mem::transmute::<usize, ExecveFn>(EXECVPE.get()) };
+    // SAFETY: the caller's contract is execvpe(3)'s.
+    unsafe { f(file, argv, envp) }
+}
+
+/// The C library's execv.
+///
+/// # Safety
+/// As execv(3).
+pub unsafe fn execv(path: *const libc::c_char, argv: *const *const libc::c_char) -> c_int {
+    // SAFETY: the address is the C library's `execv`, whose type this is.
+    let f: ExecvFn = unsafe { std::mem::transmute::<usize, ExecvFn>(EXECV.get()) };
+    // SAFETY: the caller's contract is execv(3)'s.
+    unsafe { f(path, argv) }
+}
+
+/// The C library's execvp.
+///
+/// # Safety
+/// As execvp(3).
+pub unsafe fn execvp(file: *const libc::c_char, argv: *const *const libc::c_char) -> c_int {
+    // SAFETY: the address is the C library's `execvp`, whose type this is.
+    let f: ExecvFn = unsafe { std::mem::transmute::<usize, ExecvFn>(EXECVP.get()) };
+    // SAFETY: the caller's contract is execvp(3)'s.
+    unsafe { f(file, argv) }
 }

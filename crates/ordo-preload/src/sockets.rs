@@ -88,6 +88,7 @@ pub fn any_datagram() -> bool {
 fn counted<R>(t: &mut Vec<TunnelSocket>, f: impl FnOnce(&mut Vec<TunnelSocket>) -> R) -> R {
     let r = f(t);
     DATAGRAMS.store(t.iter().filter(|e| e.datagram).count(), Ordering::Release);
+    crate::inherit::refresh(t);
     r
 }
 
@@ -162,7 +163,7 @@ pub fn lookup(fd: i32) -> Option<TunnelSocket> {
 /// module); None if there is no such entry.
 pub fn update<R>(inode: u64, f: impl FnOnce(&mut TunnelSocket) -> R) -> Option<R> {
     let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
-    t.iter_mut().find(|e| e.inode == inode).map(f)
+    counted(&mut t, |t| t.iter_mut().find(|e| e.inode == inode).map(f))
 }
 
 /// The entries still waiting for a connect's answer.
