@@ -543,6 +543,11 @@ for family, server in [(socket.AF_INET, ('$IN_B', 9999)), (socket.AF_INET6, ('$I
     name = s.getsockname()
     assert name[1] != 0 and name[0] in ('0.0.0.0', '::'), name
     try:
+        s.sendmsg([b'nowhere'])
+        print('sent nowhere')
+    except OSError as e:
+        assert e.errno == errno.EDESTADDRREQ, e
+    try:
         s.sendto(b'x', ('$OUT_B' if family == socket.AF_INET else '::ffff:$OUT_B', 9999))
         print('outside sent')
     except OSError as e:

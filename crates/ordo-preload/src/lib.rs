@@ -686,7 +686,12 @@ unsafe fn destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Desti
     };
     // SAFETY: the caller's contract.
     let Some(dest) = (unsafe { addr::read(addr, len) }).map(addr::unmapped) else {
-        return Destination::Kernel;
+        // No destination: an unconnected tunnel UDP socket has nowhere to send, as the
+        // kernel's would not (its stand-in would take the record and the service drop it).
+        return match datagram::addressed(fd) {
+            Some(t) if t.remote.is_none() => Destination::Refused(libc::EDESTADDRREQ),
+            _ => Destination::Kernel,
+        };
     };
     let to_tunnel = ordo_attach::through_tunnel(&s.routes, dest.ip());
     if !to_tunnel && !sockets::any_datagram() {
