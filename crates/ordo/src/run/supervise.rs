@@ -331,6 +331,10 @@ enum Verdict {
     Name { fd: RawFd, addr: u64, len: u64, peer: bool },
 }
 
+/// SECCOMP_IOCTL_NOTIF_SET_FLAGS's one flag (linux/seccomp.h, Linux 6.6), which the libc
+/// crate does not define.
+const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
+
 /// The supervisor's side: answers the filter's notifications until the listener ends.
 pub struct Supervisor {
     listener: Arc<OwnedFd>,
@@ -345,6 +349,18 @@ pub struct Supervisor {
 
 impl Supervisor {
     pub fn new(listener: OwnedFd, routes: Vec<Route>, socket: PathBuf) -> Supervisor {
+        // Each stopped call wakes this thread and then the caller: with the synchronous
+        // wake-up (Linux 6.6), each of the two wakes the other on the CPU it runs on, as a
+        // direct switch, instead of waking an idle CPU. Without it (older kernels) the
+        // calls are answered the same, only slower.
+        // SAFETY: an ioctl on our listener with a flags word.
+        unsafe {
+            libc::ioctl(
+                listener.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+                SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP,
+            )
+        };
         Supervisor {
             listener: Arc::new(listener),
             routes,
