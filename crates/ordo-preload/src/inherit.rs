@@ -4,17 +4,17 @@
 //! the table to the new program's environment ([`ENV`]), and the library of the new image
 //! reads it back on its first call ([`import`]), keeping the entries whose sockets it holds.
 //!
-//! The hooks run where nothing may allocate or lock (between fork and exec, in a child of a
-//! program with threads): the table is kept written out, ready, in one of two static buffers
-//! (switched after each change, under the table's lock), and the new environment is built on
-//! the stack. A program with more environment than [`MAX_ENV`] entries, or a table longer than
-//! a buffer, execs without it (the sockets work; only their names are lost).
+//! The hooks run where nothing may allocate or wait for a lock (between fork and exec, in a
+//! child of a program with threads): the table is written out into a static buffer, under
+//! its lock taken without waiting (a lock another thread held at the fork stays held: then
+//! the exec goes without the table), newest entries first, as many as fit; the new
+//! environment is built on the stack. A program with more environment than [`MAX_ENV`]
+//! entries execs without the table too (the sockets work; only their names are lost).
 
 use crate::sockets::TunnelSocket;
 use std::cell::UnsafeCell;
 use std::fmt::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The environment variable the table crosses exec in.
 pub const ENV: &str = "ORDO_ATTACH_SOCKETS";
@@ -23,15 +23,12 @@ const BUFFER: usize = 64 * 1024;
 /// Environment entries the exec hooks copy onto the stack, at most.
 pub const MAX_ENV: usize = 1024;
 
-struct Buffers(UnsafeCell<[[u8; BUFFER]; 2]>);
+struct Buffer(UnsafeCell<[u8; BUFFER]>);
 
-// SAFETY: written only under the table's lock (one writer at a time), and only the buffer
-// that [`ACTIVE`] does not name; read through [`ACTIVE`] (see `current`).
-unsafe impl Sync for Buffers {}
+// SAFETY: written and read only under the table's lock (see `with_table`).
+unsafe impl Sync for Buffer {}
 
-static BUFFERS: Buffers = Buffers(UnsafeCell::new([[0; BUFFER]; 2]));
-/// Which buffer holds the table now, plus one (0: none, the table is empty or did not fit).
-static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+static OUT: Buffer = Buffer(UnsafeCell::new([0; BUFFER]));
 
 /// A writer into a byte buffer that fails, instead of allocating, when it is full.
 struct Cursor<'a> {
@@ -52,30 +49,28 @@ impl Write for Cursor<'_> {
     }
 }
 
-/// Writes `table` out for the next exec. Called under the table's lock after each change.
-pub fn refresh(table: &[TunnelSocket]) {
-    // Entries that cross exec: a connect's answer still awaited is not (its connection to
-    // the service is close-on-exec).
-    let mut entries = table.iter().filter(|t| t.pending.is_none()).peekable();
-    if entries.peek().is_none() {
-        ACTIVE.store(0, Ordering::Release);
-        return;
-    }
-    let next = match ACTIVE.load(Ordering::Acquire) {
-        1 => 1,
-        _ => 0,
-    };
-    // SAFETY: the table's lock is held (one writer), and readers read the other buffer.
-    let buf = unsafe { &mut (*BUFFERS.0.get())[next] };
+/// Writes `table` out into `buf` as `ENV=...` with its NUL, newest entries first, as many as
+/// fit; false if none does (then there is nothing to hand on).
+fn write_out(table: &[TunnelSocket], buf: &mut [u8]) -> bool {
     let mut c = Cursor { buf, len: 0 };
-    let written = write!(c, "{ENV}=").is_ok() && entries.all(|t| write_entry(&mut c, t).is_ok());
-    let len = c.len;
-    if !written {
-        ACTIVE.store(0, Ordering::Release);
-        return;
+    if write!(c, "{ENV}=").is_err() {
+        return false;
     }
+    let start = c.len;
+    // Not a connect's answer still awaited: its connection to the service is close-on-exec.
+    for t in table.iter().rev().filter(|t| t.pending.is_none()) {
+        let before = c.len;
+        if write_entry(&mut c, t).is_err() {
+            c.len = before;
+            break;
+        }
+    }
+    if c.len == start {
+        return false;
+    }
+    let len = c.len;
     buf[len] = 0;
-    ACTIVE.store(next + 1, Ordering::Release);
+    true
 }
 
 fn write_entry(c: &mut Cursor, t: &TunnelSocket) -> std::fmt::Result {
@@ -104,18 +99,10 @@ fn write_entry(c: &mut Cursor, t: &TunnelSocket) -> std::fmt::Result {
     c.write_str(";")
 }
 
-/// The written-out table, `ENV=...` with its NUL, if there is one: for an exec hook.
-pub fn current() -> Option<*const libc::c_char> {
-    match ACTIVE.load(Ordering::Acquire) {
-        0 => None,
-        // SAFETY: the buffer is static; its writer is done with it (it writes the other).
-        n => Some(unsafe { (*BUFFERS.0.get())[n - 1].as_ptr().cast() }),
-    }
-}
-
 /// Builds on the stack the environment for an exec: `envp` without any table an earlier
-/// image left in it, plus this one's; then calls `exec` with it. None if it does not fit
-/// (the caller execs with `envp` as it is).
+/// image left in it, plus this one's; then calls `exec` with it. None if there is no table to
+/// hand on, or it cannot be had without waiting, or the environment does not fit (the caller
+/// execs with `envp` as it is).
 ///
 /// # Safety
 /// `envp` is null or a null-terminated array of C strings.
@@ -123,7 +110,15 @@ pub unsafe fn with_table<R>(
     envp: *const *const libc::c_char,
     exec: impl FnOnce(*const *const libc::c_char) -> R,
 ) -> Option<R> {
-    let ours = current()?;
+    // Held until the exec returns (it returns only if it failed), so that no other thread
+    // writes the buffer meanwhile.
+    let table = crate::sockets::try_table()?;
+    // SAFETY: the buffer is only touched under the table's lock, which is held.
+    let buf = unsafe { &mut *OUT.0.get() };
+    if !write_out(&table, buf) {
+        return None;
+    }
+    let ours: *const libc::c_char = buf.as_ptr().cast();
     let mut env: [*const libc::c_char; MAX_ENV + 2] = [std::ptr::null(); MAX_ENV + 2];
     let mut n = 0;
     let mut i = 0;
@@ -145,7 +140,9 @@ pub unsafe fn with_table<R>(
         n += 1;
     }
     env[n] = ours;
-    Some(exec(env.as_ptr()))
+    let r = exec(env.as_ptr());
+    drop(table);
+    Some(r)
 }
 
 /// Whether the C string `e` is an `ENV=` entry.
@@ -249,9 +246,6 @@ pub fn import() {
 mod tests {
     use super::*;
 
-    /// The buffers are the process's: one test at a time.
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
     fn entry(inode: u64) -> TunnelSocket {
         TunnelSocket {
             inode,
@@ -269,7 +263,6 @@ mod tests {
 
     #[test]
     fn the_table_crosses_exec_whole_and_only_for_sockets_still_held() {
-        let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let tcp = TunnelSocket {
             inode: 7,
             family: libc::AF_INET,
@@ -287,12 +280,12 @@ mod tests {
             pending: Some(3),
             ..tcp
         };
-        refresh(&[tcp, entry(8), waiting]);
-        let ptr = current().expect("written");
-        // SAFETY: the buffer is NUL-terminated.
-        let text = unsafe { std::ffi::CStr::from_ptr(ptr) }.to_str().unwrap();
+        let mut buf = vec![0u8; 4096];
+        assert!(write_out(&[tcp, entry(8), waiting], &mut buf));
+        let text = std::ffi::CStr::from_bytes_until_nul(&buf).unwrap().to_str().unwrap();
         let value = text.strip_prefix("ORDO_ATTACH_SOCKETS=").unwrap();
-        let got = parse(value, &[(5, 7), (6, 8), (11, 8), (4, 9), (3, 1)]);
+        let mut got = parse(value, &[(5, 7), (6, 8), (11, 8), (4, 9), (3, 1)]);
+        got.sort_by_key(|(t, _)| t.inode);
         assert_eq!(got.len(), 2, "{value}");
         assert_eq!(
             (got[0].0.inode, got[0].0.remote, &got[0].1[..]),
@@ -306,14 +299,20 @@ mod tests {
         assert_eq!(got[1].1, [6, 11]);
         // Garbage is skipped, not a panic.
         assert!(parse("x;1,2;7,2,,-,-,zz;;", &[(1, 7)]).is_empty());
-        refresh(&[]);
-        assert!(current().is_none());
+        // Nothing to hand on; and a buffer that holds only some: the newest.
+        assert!(!write_out(&[waiting], &mut buf));
+        let mut small = vec![0u8; 80];
+        assert!(write_out(&[tcp, entry(8)], &mut small));
+        let text = std::ffi::CStr::from_bytes_until_nul(&small).unwrap().to_str().unwrap();
+        assert!(
+            text.starts_with("ORDO_ATTACH_SOCKETS=8,") && !text.contains(";7,"),
+            "{text}"
+        );
     }
 
     #[test]
     fn an_exec_s_environment_carries_one_table() {
-        let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-        refresh(&[entry(8)]);
+        crate::sockets::remember(entry(8));
         let old = c"ORDO_ATTACH_SOCKETS=stale";
         let other = c"PATH=/bin";
         let envp = [other.as_ptr(), old.as_ptr(), std::ptr::null()];
@@ -330,6 +329,7 @@ mod tests {
             })
         }
         .unwrap();
+        crate::sockets::forget(8);
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[0], "PATH=/bin");
         assert!(
@@ -337,6 +337,5 @@ mod tests {
             "{}",
             seen[1]
         );
-        refresh(&[]);
     }
 }

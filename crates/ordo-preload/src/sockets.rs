@@ -63,6 +63,17 @@ pub fn forget_bound(inode: u64) {
 
 static TABLE: Mutex<Vec<TunnelSocket>> = Mutex::new(Vec::new());
 
+/// The table, if its lock is free: for an exec hook, which must neither wait nor allocate
+/// (between fork and exec, a lock another thread held at the fork stays held). None when
+/// another thread holds it.
+pub fn try_table() -> Option<std::sync::MutexGuard<'static, Vec<TunnelSocket>>> {
+    match TABLE.try_lock() {
+        Ok(t) => Some(t),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 /// The inode of `fd` if it is a socket.
 pub fn socket_inode(fd: i32) -> Option<u64> {
     // SAFETY: stat is plain data; fstat fills it or fails.
@@ -88,7 +99,6 @@ pub fn any_datagram() -> bool {
 fn counted<R>(t: &mut Vec<TunnelSocket>, f: impl FnOnce(&mut Vec<TunnelSocket>) -> R) -> R {
     let r = f(t);
     DATAGRAMS.store(t.iter().filter(|e| e.datagram).count(), Ordering::Release);
-    crate::inherit::refresh(t);
     r
 }
 
