@@ -114,6 +114,16 @@ def exec_child():
     return "through" if os.waitstatus_to_exitcode(status) == 0 else "exec'd child failed"
 
 
+def spawned_child():
+    # As exec_child, the new program started with posix_spawn.
+    s = socket.create_connection(B, timeout=10)
+    s.set_inheritable(True)
+    pid = os.posix_spawn(sys.executable, [sys.executable, __file__, "exec", str(s.fileno())], os.environ)
+    s.close()
+    _, status = os.waitpid(pid, 0)
+    return "through" if os.waitstatus_to_exitcode(status) == 0 else "spawned child failed"
+
+
 if sys.argv[1:2] == ["exec"]:
     s = socket.socket(fileno=int(sys.argv[2]))
     # The parent's timeout left the descriptor non-blocking; this socket object waits.
@@ -130,5 +140,6 @@ for name, f in [
     ("asyncio", lambda: asyncio.run(with_asyncio())),
     ("fork", forked_child),
     ("exec", exec_child),
+    ("spawn", spawned_child),
 ]:
     print(name, f())

@@ -404,8 +404,10 @@ while True:
 
 # Python clients: a blocking socket, selectors (epoll) with a non-blocking one, asyncio; one
 # that registers its socket with epoll before connecting (the registration must survive the
-# swap of its descriptor); one that forks a child which uses the inherited socket; and one
-# that sends with the peer's address (sendto, sendmsg), which TCP ignores.
+# swap of its descriptor); one that forks a child which uses the inherited socket; two whose
+# child execs (execv) or is spawned (posix_spawn) as a new program that uses the socket and
+# names its peer; and one that sends with the peer's address (sendto, sendmsg), which TCP
+# ignores.
 t_python_clients() {
     setup
     mkdir -p "$WORK/www"
@@ -415,7 +417,7 @@ t_python_clients() {
     local got
     got=$(ordo_run "$PY" "$WORK/clients.py") || fail "the clients failed: $got"
     log "$(echo "$got" | sed 's/^/    /')"
-    [[ $(grep -c ' through$' <<<"$got") == 7 ]] || fail "not every client got through"
+    [[ $(grep -c ' through$' <<<"$got") == 8 ]] || fail "not every client got through"
 }
 
 # udp_echo NS ADDR PORT: a UDP echo server (each datagram back to its sender) in NS, in the

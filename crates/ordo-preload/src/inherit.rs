@@ -1,5 +1,5 @@
-//! The table across exec: a program that execs keeps its descriptors, tunnel sockets
-//! included, but the new image starts with an empty table (its names, whether a descriptor
+//! The table across exec: a program that execs (or spawns: posix_spawn) keeps its
+//! descriptors, tunnel sockets included, but the new image starts with an empty table (its names, whether a descriptor
 //! is a listening socket or a UDP socket whose records carry addresses). The exec hooks add
 //! the table to the new program's environment ([`ENV`]), and the library of the new image
 //! reads it back on its first call ([`import`]), keeping the entries whose sockets it holds.

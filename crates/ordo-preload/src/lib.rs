@@ -650,6 +650,52 @@ pub unsafe extern "C" fn execvp(file: *const libc::c_char, argv: *const *const l
     }
 }
 
+/// posix_spawn(3): as [`execve`] (the C library's runs in this process, as a vfork).
+///
+/// # Safety
+/// As posix_spawn(3).
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const libc::c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut libc::c_char,
+    envp: *const *mut libc::c_char,
+) -> c_int {
+    // SAFETY: the caller's arguments, the environment with the table.
+    let spawned = unsafe {
+        inherit::with_table(envp.cast(), |env| {
+            real::posix_spawn(false, pid, path, actions, attr, argv, env.cast())
+        })
+    };
+    // SAFETY: the caller's arguments, unchanged.
+    spawned.unwrap_or_else(|| unsafe { real::posix_spawn(false, pid, path, actions, attr, argv, envp) })
+}
+
+/// posix_spawnp(3): as [`posix_spawn`].
+///
+/// # Safety
+/// As posix_spawnp(3).
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const libc::c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut libc::c_char,
+    envp: *const *mut libc::c_char,
+) -> c_int {
+    // SAFETY: the caller's arguments, the environment with the table.
+    let spawned = unsafe {
+        inherit::with_table(envp.cast(), |env| {
+            real::posix_spawn(true, pid, file, actions, attr, argv, env.cast())
+        })
+    };
+    // SAFETY: the caller's arguments, unchanged.
+    spawned.unwrap_or_else(|| unsafe { real::posix_spawn(true, pid, file, actions, attr, argv, envp) })
+}
+
 /// What a send with a destination does on a descriptor.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Destination {

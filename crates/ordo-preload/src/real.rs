@@ -60,6 +60,8 @@ static EXECVE: Real = Real::new(b"execve\0");
 static EXECV: Real = Real::new(b"execv\0");
 static EXECVP: Real = Real::new(b"execvp\0");
 static EXECVPE: Real = Real::new(b"execvpe\0");
+static POSIX_SPAWN: Real = Real::new(b"posix_spawn\0");
+static POSIX_SPAWNP: Real = Real::new(b"posix_spawnp\0");
 static RECV: Real = Real::new(b"recv\0");
 
 type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
@@ -86,6 +88,14 @@ type GetNameInfoFn = unsafe extern "C" fn(
 type ExecveFn =
     unsafe extern "C" fn(*const libc::c_char, *const *const libc::c_char, *const *const libc::c_char) -> c_int;
 type ExecvFn = unsafe extern "C" fn(*const libc::c_char, *const *const libc::c_char) -> c_int;
+type SpawnFn = unsafe extern "C" fn(
+    *mut libc::pid_t,
+    *const libc::c_char,
+    *const libc::posix_spawn_file_actions_t,
+    *const libc::posix_spawnattr_t,
+    *const *mut libc::c_char,
+    *const *mut libc::c_char,
+) -> c_int;
 type ReadFn = unsafe extern "C" fn(c_int, *mut c_void, libc::size_t) -> libc::ssize_t;
 type RecvFn = unsafe extern "C" fn(c_int, *mut c_void, libc::size_t, c_int) -> libc::ssize_t;
 type RecvMsgFn = unsafe extern "C" fn(c_int, *mut libc::msghdr, c_int) -> libc::ssize_t;
@@ -391,4 +401,24 @@ pub unsafe fn execvp(file: *const libc::c_char, argv: *const *const libc::c_char
     let f: ExecvFn = unsafe { std::mem::transmute::<usize, ExecvFn>(EXECVP.get()) };
     // SAFETY: the caller's contract is execvp(3)'s.
     unsafe { f(file, argv) }
+}
+
+/// The C library's posix_spawn (`path` searched in PATH: posix_spawnp).
+///
+/// # Safety
+/// As posix_spawn(3).
+pub unsafe fn posix_spawn(
+    search: bool,
+    pid: *mut libc::pid_t,
+    path: *const libc::c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut libc::c_char,
+    envp: *const *mut libc::c_char,
+) -> c_int {
+    let real = if search { &POSIX_SPAWNP } else { &POSIX_SPAWN };
+    // SAFETY: the address is the C library's `posix_spawn` or `posix_spawnp`, of this type.
+    let f: SpawnFn = unsafe { std::mem::transmute::<usize, SpawnFn>(real.get()) };
+    // SAFETY: the caller's contract is posix_spawn(3)'s.
+    unsafe { f(pid, path, actions, attr, argv, envp) }
 }
