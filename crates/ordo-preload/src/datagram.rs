@@ -69,16 +69,10 @@ fn bind_in_stack(
         return Err(-1);
     };
     let entry = TunnelSocket {
-        inode: inode.unwrap_or(0),
-        family,
-        local: reply.local.or(Some(local)),
-        remote: None,
-        pending: None,
-        error: 0,
-        listening: false,
         datagram: true,
         marker: Some(marker),
         host,
+        ..TunnelSocket::new(inode.unwrap_or(0), family, reply.local.or(Some(local)), None)
     };
     if inode.is_some() {
         sockets::remember(entry);

@@ -205,16 +205,11 @@ fn parse_entry(e: &str) -> Option<TunnelSocket> {
         return None;
     }
     Some(TunnelSocket {
-        inode,
-        family,
-        local,
-        remote,
-        pending: None,
-        error: 0,
         listening: flags.contains('L'),
         datagram: flags.contains('D'),
         marker,
         host: flags.contains('H'),
+        ..TunnelSocket::new(inode, family, local, remote)
     })
 }
 
@@ -248,33 +243,21 @@ mod tests {
 
     fn entry(inode: u64) -> TunnelSocket {
         TunnelSocket {
-            inode,
-            family: libc::AF_INET6,
-            local: Some("[fd99::1]:5353".parse().unwrap()),
-            remote: None,
-            pending: None,
-            error: 0,
-            listening: false,
             datagram: true,
             marker: Some(*b"\x00\x01\x02\xfdmark"),
             host: true,
+            ..TunnelSocket::new(inode, libc::AF_INET6, Some("[fd99::1]:5353".parse().unwrap()), None)
         }
     }
 
     #[test]
     fn the_table_crosses_exec_whole_and_only_for_sockets_still_held() {
-        let tcp = TunnelSocket {
-            inode: 7,
-            family: libc::AF_INET,
-            local: Some("10.99.0.1:40000".parse().unwrap()),
-            remote: Some("10.99.0.2:80".parse().unwrap()),
-            pending: None,
-            error: 0,
-            listening: false,
-            datagram: false,
-            marker: None,
-            host: false,
-        };
+        let tcp = TunnelSocket::new(
+            7,
+            libc::AF_INET,
+            Some("10.99.0.1:40000".parse().unwrap()),
+            Some("10.99.0.2:80".parse().unwrap()),
+        );
         let waiting = TunnelSocket {
             inode: 9,
             pending: Some(3),

@@ -182,17 +182,9 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         }
         Err(()) => return -1,
     };
-    let entry = sockets::TunnelSocket {
-        inode,
-        family,
-        local: None,
-        remote: Some(dest),
+    let entry = TunnelSocket {
         pending: Some(control.into_raw_fd()),
-        error: 0,
-        listening: false,
-        datagram: false,
-        marker: None,
-        host: false,
+        ..TunnelSocket::new(inode, family, None, Some(dest))
     };
     sockets::remember(entry);
     if nonblocking {
@@ -271,17 +263,9 @@ fn connect_datagram(s: &Settings, fd: c_int, family: c_int, dest: std::net::Sock
         Err(r) => return r,
     };
     if let Some(inode) = inode {
-        sockets::remember(sockets::TunnelSocket {
-            inode,
-            family,
-            local: reply.local,
-            remote: Some(dest),
-            pending: None,
-            error: 0,
-            listening: false,
+        sockets::remember(TunnelSocket {
             datagram: true,
-            marker: None,
-            host: false,
+            ..TunnelSocket::new(inode, family, reply.local, Some(dest))
         });
     }
     0
@@ -1267,16 +1251,8 @@ fn listen_in_stack(s: &Settings, fd: c_int, inode: u64, mut local: std::net::Soc
     sockets::forget_bound(inode);
     if let Some(new) = new {
         sockets::remember(TunnelSocket {
-            inode: new,
-            family,
-            local: reply.local.or(Some(local)),
-            remote: None,
-            pending: None,
-            error: 0,
             listening: true,
-            datagram: false,
-            marker: None,
-            host: false,
+            ..TunnelSocket::new(new, family, reply.local.or(Some(local)), None)
         });
     }
     0
@@ -1353,18 +1329,12 @@ unsafe fn accept_from_stack(
         return cfd;
     }
     if let Some(inode) = sockets::socket_inode(cfd) {
-        sockets::remember(TunnelSocket {
+        sockets::remember(TunnelSocket::new(
             inode,
-            family: t.family,
-            local: Some(accepted.local),
-            remote: Some(accepted.remote),
-            pending: None,
-            error: 0,
-            listening: false,
-            datagram: false,
-            marker: None,
-            host: false,
-        });
+            t.family,
+            Some(accepted.local),
+            Some(accepted.remote),
+        ));
     }
     cfd
 }

@@ -35,6 +35,25 @@ pub struct TunnelSocket {
     pub host: bool,
 }
 
+impl TunnelSocket {
+    /// A connected (or connecting) socket's entry, of the family the program made it with;
+    /// the other fields as most sockets have them (struct update syntax sets the rest).
+    pub fn new(inode: u64, family: i32, local: Option<SocketAddr>, remote: Option<SocketAddr>) -> TunnelSocket {
+        TunnelSocket {
+            inode,
+            family,
+            local,
+            remote,
+            pending: None,
+            error: 0,
+            listening: false,
+            datagram: false,
+            marker: None,
+            host: false,
+        }
+    }
+}
+
 /// Kernel sockets bound to a tunnel address, not yet listening: the kernel never saw the
 /// bind (the address is not the host's), so it is kept here until listen.
 static BOUND: Mutex<Vec<(u64, SocketAddr)>> = Mutex::new(Vec::new());
