@@ -558,9 +558,6 @@ impl State {
             return Err(libc::EMFILE);
         }
         set_nonblocking(app.as_raw_fd()).map_err(|e| errno_of(&e))?;
-        if let Some(k) = &kernel {
-            k.set_nonblocking(true).map_err(|e| errno_of(&e))?;
-        }
         if local.port() == 0 {
             local.set_port(self.take_port().ok_or(libc::EADDRNOTAVAIL)?);
         } else {
@@ -573,6 +570,15 @@ impl State {
             if !shared && !self.ports_in_use.insert(local.port()) {
                 return Err(libc::EADDRINUSE);
             }
+        }
+        // The kernel's socket is the program's open file until the program's descriptor is
+        // swapped (after this answer): made non-blocking only once the answer is yes, so
+        // that a refusal leaves the program's socket as it was.
+        if let Some(Err(e)) = kernel.as_ref().map(|k| k.set_nonblocking(true)) {
+            if !self.listeners.iter().any(|l| l.local.port() == local.port()) {
+                self.ports_in_use.remove(&local.port());
+            }
+            return Err(errno_of(&e));
         }
         let mut l = Listener {
             local,
@@ -780,13 +786,15 @@ impl State {
             return Err(libc::EADDRNOTAVAIL);
         }
         set_nonblocking(app.as_raw_fd()).map_err(|e| errno_of(&e))?;
-        if let Some(h) = &host {
-            h.set_nonblocking(true).map_err(|e| errno_of(&e))?;
-        }
         if local.port() == 0 {
             local.set_port(self.take_udp_port().ok_or(libc::EADDRNOTAVAIL)?);
         } else if !self.udp_ports_in_use.insert(local.port()) {
             return Err(libc::EADDRINUSE);
+        }
+        // As in `listen`: the program's socket changed only once the answer is yes.
+        if let Some(Err(e)) = host.as_ref().map(|h| h.set_nonblocking(true)) {
+            self.udp_ports_in_use.remove(&local.port());
+            return Err(errno_of(&e));
         }
         let socket = datagram::new_socket(IpListenEndpoint {
             addr: (!wildcard).then(|| IpAddress::from(local.ip())),
