@@ -95,6 +95,8 @@ impl Families {
 /// Datagrams read from a host socket in one turn, so that a flood on it does not hold up
 /// the stack's other work.
 const HOST_TURN: usize = 64;
+/// Records read from an application in one turn, for the same reason.
+const RECORDS_PER_TURN: usize = 256;
 
 impl Flow {
     /// The largest payload the tunnel carries to `to` in one packet.
@@ -139,7 +141,11 @@ pub fn wanted(s: &udp::Socket) -> i16 {
 /// from it: a closed end is always readable, so the service's poll wakes for it).
 pub fn relay(f: &mut Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &DatagramDrops) -> bool {
     let fd = f.app.as_raw_fd();
-    while s.can_send() {
+    // Records that leave by the host's socket take no room in the stack: without a bound,
+    // one application sending them without pause would hold the service's thread.
+    let mut turn = 0;
+    while s.can_send() && turn < RECORDS_PER_TURN {
+        turn += 1;
         // SAFETY: reading one record into `scratch`, at most its length; MSG_TRUNC makes the
         // call return the record's whole length, so that a longer one is seen.
         let n = unsafe {
