@@ -564,6 +564,17 @@ c.send(b'connected')
 assert c.recv(100) == b'connected'
 assert c.getpeername() == ('$IN_B', 9999), c.getpeername()
 assert c.getsockname()[0] == '$IN_A', c.getsockname()
+# connect(AF_UNSPEC) dissolves the association: no peer, and datagrams with addresses again.
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.connect(c.fileno(), ctypes.create_string_buffer(16), 16) == 0, ctypes.get_errno()
+try:
+    c.getpeername()
+    print('still a peer')
+except OSError as e:
+    assert e.errno == errno.ENOTCONN, e
+c.sendto(b'unconnected', ('$IN_B', 9999))
+assert c.recvfrom(100) == (b'unconnected', ('$IN_B', 9999))
 print('connected ok')
 k = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 k.bind(('$OUT_A', 0))

@@ -204,6 +204,8 @@ pub enum SendHeader {
     ToHost(SocketAddr),
     /// As [`SendHeader::Connect`], an address outside the tunnel.
     ConnectHost(SocketAddr),
+    /// connect(2) with AF_UNSPEC: the socket has no remote any more. No payload.
+    Disconnect,
 }
 
 impl SendHeader {
@@ -211,13 +213,14 @@ impl SendHeader {
         let mut b = [0u8; SEND_HEADER_LEN];
         b[..MARKER_LEN].copy_from_slice(&marker);
         let (kind, addr) = match self {
-            SendHeader::To(a) => (1, a),
-            SendHeader::Connect(a) => (2, a),
-            SendHeader::ToHost(a) => (3, a),
-            SendHeader::ConnectHost(a) => (4, a),
+            SendHeader::To(a) => (1, Some(*a)),
+            SendHeader::Connect(a) => (2, Some(*a)),
+            SendHeader::ToHost(a) => (3, Some(*a)),
+            SendHeader::ConnectHost(a) => (4, Some(*a)),
+            SendHeader::Disconnect => (5, None),
         };
         b[MARKER_LEN] = kind;
-        put_addr(&mut b[MARKER_LEN + 1..], Some(*addr));
+        put_addr(&mut b[MARKER_LEN + 1..], addr);
         b
     }
 
@@ -230,6 +233,13 @@ impl SendHeader {
         let Some(b) = record.get(MARKER_LEN..SEND_HEADER_LEN) else {
             return Some(Err(DecodeError::Length));
         };
+        if b[0] == 5 {
+            return Some(if b[1..].iter().all(|x| *x == 0) {
+                Ok(SendHeader::Disconnect)
+            } else {
+                Err(DecodeError::Flags)
+            });
+        }
         let addr = match get_addr(&b[1..]) {
             Ok(Some(a)) => a,
             Ok(None) => return Some(Err(DecodeError::Family(0))),
@@ -600,6 +610,7 @@ mod tests {
                 SendHeader::Connect(a),
                 SendHeader::ToHost(a),
                 SendHeader::ConnectHost(a),
+                SendHeader::Disconnect,
             ] {
                 let mut record = h.encode(marker).to_vec();
                 record.extend_from_slice(b"payload");
@@ -653,6 +664,9 @@ mod tests {
         let mut b = good;
         b[MARKER_LEN + 1] = 5;
         assert_eq!(SendHeader::decode(marker, &b), Some(Err(DecodeError::Family(5))));
+        let mut b = SendHeader::Disconnect.encode(marker);
+        b[MARKER_LEN + 3] = 1;
+        assert_eq!(SendHeader::decode(marker, &b), Some(Err(DecodeError::Flags)));
         assert_eq!(Source::decode(&[4; 5]), Err(DecodeError::Length));
         let mut b = Source("10.0.0.2:53".parse().unwrap()).encode();
         b[19] = 1;

@@ -19,6 +19,17 @@ pub fn unmapped(a: SocketAddr) -> SocketAddr {
     }
 }
 
+/// Whether `addr` is an AF_UNSPEC address (connect's way of dissolving a UDP association).
+///
+/// # Safety
+/// `addr` is null or points to `len` readable bytes.
+pub unsafe fn is_unspec(addr: *const sockaddr, len: socklen_t) -> bool {
+    // SAFETY: the family is read only if `len` covers it.
+    !addr.is_null()
+        && (len as usize) >= std::mem::size_of::<libc::sa_family_t>()
+        && i32::from(unsafe { std::ptr::read_unaligned(&(*addr).sa_family) }) == libc::AF_UNSPEC
+}
+
 pub unsafe fn read(addr: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
     if addr.is_null() || (len as usize) < std::mem::size_of::<libc::sa_family_t>() {
         return None;

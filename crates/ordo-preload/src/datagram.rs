@@ -179,6 +179,21 @@ pub fn connect(s: &Settings, fd: c_int, t: &TunnelSocket, to: SocketAddr) -> c_i
     0
 }
 
+/// connect(2) with AF_UNSPEC on an unconnected tunnel socket: it has no remote any more.
+pub fn disconnect(fd: c_int, t: &TunnelSocket) -> c_int {
+    let Some(marker) = t.marker else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    let record = SendHeader::Disconnect.encode(marker);
+    // SAFETY: sending our own record on the program's descriptor.
+    if unsafe { libc::send(fd, record.as_ptr().cast(), record.len(), libc::MSG_NOSIGNAL) } < 0 {
+        return -1;
+    }
+    sockets::update(t.inode, |e| e.remote = None);
+    0
+}
+
 /// Receives one datagram on the unconnected tunnel socket `fd` into `iov`: its source, in
 /// the socket's `family`, into `name` (if not null; `*name_len` its room, then its length)
 /// and the receive flags into `msg_flags`. Returns what recvmsg(2) would: the payload's

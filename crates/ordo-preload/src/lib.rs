@@ -96,8 +96,14 @@ fn socket_family(fd: c_int) -> Option<c_int> {
 pub unsafe extern "C" fn connect(fd: c_int, address: *const sockaddr, len: socklen_t) -> c_int {
     // SAFETY: the caller's contract is connect(2)'s: `address` has `len` readable bytes.
     let dest = unsafe { addr::read(address, len) };
-    if let (Some(s), Some(t), Some(d)) = (settings(), datagram::addressed(fd), dest) {
-        return guarded(|| datagram::connect(s, fd, &t, addr::unmapped(d)));
+    if let (Some(s), Some(t)) = (settings(), datagram::addressed(fd)) {
+        if let Some(d) = dest {
+            return guarded(|| datagram::connect(s, fd, &t, addr::unmapped(d)));
+        }
+        // SAFETY: the caller's address of `len` bytes, its family read if it has one.
+        if unsafe { addr::is_unspec(address, len) } {
+            return guarded(|| datagram::disconnect(fd, &t));
+        }
     }
     let tunnel = match (settings(), dest) {
         (Some(s), Some(d)) if ordo_attach::through_tunnel(&s.routes, d.ip()) => Some((s, d)),
@@ -422,15 +428,23 @@ pub unsafe extern "C" fn getsockname(fd: c_int, out: *mut sockaddr, len: *mut so
 /// As getpeername(2).
 #[no_mangle]
 pub unsafe extern "C" fn getpeername(fd: c_int, out: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    if let Some(TunnelSocket {
-        family,
-        remote: Some(a),
-        ..
-    }) = tunnel_socket(fd)
-    {
-        // SAFETY: as above.
-        unsafe { addr::write(a, family, out, len) };
-        return 0;
+    match tunnel_socket(fd) {
+        Some(TunnelSocket {
+            family,
+            remote: Some(a),
+            ..
+        }) => {
+            // SAFETY: as above.
+            unsafe { addr::write(a, family, out, len) };
+            return 0;
+        }
+        // No remote (a listening socket, an unconnected UDP one): as the kernel's, not the
+        // stand-in's own (unnamed) peer.
+        Some(_) => {
+            set_errno(libc::ENOTCONN);
+            return -1;
+        }
+        None => {}
     }
     // SAFETY: the caller's arguments, unchanged.
     unsafe { real::getpeername(fd, out, len) }

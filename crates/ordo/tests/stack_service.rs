@@ -380,7 +380,8 @@ fn a_wildcard_listener_takes_the_kernel_s_connections_too() {
 /// An unconnected UDP socket: bound at once with a marker; a marked record leaves as one
 /// datagram to its header's destination; a record without a header before a connect has
 /// nowhere to go, and a marked record that is not a header is malformed: both dropped and
-/// counted; after a connect (itself a marked record), a record alone goes to the remote.
+/// counted; after a connect (itself a marked record), a record alone goes to the remote, and
+/// after a disconnect nowhere again.
 #[test]
 fn unconnected_udp_sockets_send_where_each_record_says() {
     use ordo_attach::SendHeader;
@@ -439,8 +440,15 @@ fn unconnected_udp_sockets_send_where_each_record_says() {
     assert_eq!(&p[16..20], &[10, 99, 0, 3]);
     assert_eq!(u16::from_be_bytes([p[22], p[23]]), 99);
     assert_eq!(&p[28..], b"alone");
+    // A disconnect, then a record alone: nowhere to go again.
+    app.write_all(&record(SendHeader::Disconnect, b"")).unwrap();
+    app.write_all(b"alone again").unwrap();
+    app.write_all(&record(SendHeader::To("10.99.0.2:53".parse().unwrap()), b"last"))
+        .unwrap();
+    let p = next_packet(&r.port, Duration::from_secs(5)).expect("the last datagram");
+    assert_eq!(&p[28..], b"last");
     let counter = |name: &str| r.port.counters().into_iter().find(|c| c.name == name).map(|c| c.value);
-    assert_eq!(counter("drop_stack_datagram_no_destination"), Some(1));
+    assert_eq!(counter("drop_stack_datagram_no_destination"), Some(2));
     assert_eq!(counter("drop_stack_datagram_malformed"), Some(1));
 }
 

@@ -200,6 +200,10 @@ pub fn relay(f: &mut Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &Data
                 f.remote = f.host.is_some().then_some(Remote::Host(a));
                 continue;
             }
+            Some(Ok(SendHeader::Disconnect)) => {
+                f.remote = None;
+                continue;
+            }
             Some(Err(_)) => {
                 drops.malformed.fetch_add(1, Ordering::Relaxed);
                 continue;
