@@ -19,6 +19,29 @@ pub fn unmapped(a: SocketAddr) -> SocketAddr {
     }
 }
 
+/// The unspecified address of a socket family (`::` for AF_INET6, else 0.0.0.0).
+pub fn unspecified(family: i32) -> std::net::IpAddr {
+    if family == AF_INET6 {
+        Ipv6Addr::UNSPECIFIED.into()
+    } else {
+        Ipv4Addr::UNSPECIFIED.into()
+    }
+}
+
+/// The address the kernel has bound the socket `fd` to (the C library's getsockname, not
+/// the hook): None if it has no IP address; Err, with errno set, if the call failed.
+pub fn kernel_name(fd: i32) -> Result<Option<SocketAddr>, ()> {
+    // SAFETY: sockaddr_storage is plain data for which all zeros is valid.
+    let mut name: sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<sockaddr_storage>() as socklen_t;
+    // SAFETY: a sockaddr_storage and its length for the kernel's answer.
+    if unsafe { crate::real::getsockname(fd, (&mut name as *mut sockaddr_storage).cast(), &mut len) } != 0 {
+        return Err(());
+    }
+    // SAFETY: the kernel wrote a socket address of `len` bytes.
+    Ok(unsafe { read((&name as *const sockaddr_storage).cast(), len) })
+}
+
 /// Whether `addr` is an AF_UNSPEC address (connect's way of dissolving a UDP association).
 ///
 /// # Safety

@@ -31,22 +31,10 @@ pub fn bind(s: &Settings, fd: c_int, family: c_int, local: SocketAddr) -> Result
 /// address, one that the stack and the kernel both deliver to: the stack's socket
 /// on the same port, the kernel's relayed beside it.
 pub fn bind_everywhere(s: &Settings, fd: c_int, family: c_int) -> Result<TunnelSocket, c_int> {
-    // SAFETY: sockaddr_storage is plain data for which all zeros is valid.
-    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
-    // SAFETY: a sockaddr_storage and its length for the kernel's answer.
-    if unsafe { real::getsockname(fd, (&mut name as *mut libc::sockaddr_storage).cast(), &mut len) } != 0 {
-        return Err(-1);
-    }
-    // SAFETY: the kernel wrote a socket address of `len` bytes.
-    let port = unsafe { addr::read((&name as *const libc::sockaddr_storage).cast(), len) }.map_or(0, |a| a.port());
+    let port = addr::kernel_name(fd).map_err(|()| -1)?.map_or(0, |a| a.port());
     let v6_only = family == libc::AF_INET6 && crate::ipv6_only(fd);
-    let unspecified: std::net::IpAddr = if family == libc::AF_INET6 {
-        std::net::Ipv6Addr::UNSPECIFIED.into()
-    } else {
-        std::net::Ipv4Addr::UNSPECIFIED.into()
-    };
-    bind_in_stack(s, fd, family, SocketAddr::new(unspecified, port), v6_only, true)
+    let local = SocketAddr::new(addr::unspecified(family), port);
+    bind_in_stack(s, fd, family, local, v6_only, true)
 }
 
 fn bind_in_stack(
@@ -81,32 +69,21 @@ fn bind_in_stack(
     Ok(entry)
 }
 
-/// For a datagram to the tunnel address `to` from the program's socket `fd`, not a tunnel
+/// For a datagram to a tunnel address from the program's socket `fd`, not a tunnel
 /// socket: a UDP socket bound to nothing yet is bound in the stack (as the kernel binds it
 /// on its first send) and its marker returned; anything else is refused with its errno
 /// (bound by the kernel: its port cannot move; not UDP: not carried).
-pub fn bind_for_send(s: &Settings, fd: c_int, to: SocketAddr) -> Result<[u8; MARKER_LEN], c_int> {
+pub fn bind_for_send(s: &Settings, fd: c_int) -> Result<[u8; MARKER_LEN], c_int> {
     if crate::socket_type(fd) != Some(libc::SOCK_DGRAM) {
         return Err(libc::ENETUNREACH);
     }
     let family = crate::socket_family(fd).ok_or(libc::ENOTSOCK)?;
-    // SAFETY: sockaddr_storage is plain data for which all zeros is valid.
-    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
-    // SAFETY: a sockaddr_storage and its length for the kernel's answer.
-    if unsafe { real::getsockname(fd, (&mut name as *mut libc::sockaddr_storage).cast(), &mut len) } != 0 {
-        return Err(libc::ENOTSOCK);
-    }
-    // SAFETY: the kernel wrote a socket address of `len` bytes.
-    let bound = unsafe { addr::read((&name as *const libc::sockaddr_storage).cast(), len) };
+    let bound = addr::kernel_name(fd).map_err(|()| libc::ENOTSOCK)?;
     if bound.is_some_and(|a| a.port() != 0) {
         return Err(libc::ENETUNREACH);
     }
-    let any: SocketAddr = if family == libc::AF_INET6 || to.is_ipv6() {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    } else {
-        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
-    };
+    // An AF_INET socket cannot be handed an IPv6 destination: the family decides.
+    let any = SocketAddr::new(addr::unspecified(family), 0);
     let t =
         bind(s, fd, family, any).map_err(|_| std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))?;
     t.marker.ok_or(libc::EPROTO)

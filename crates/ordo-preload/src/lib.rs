@@ -761,7 +761,7 @@ unsafe fn destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Desti
         Some(_) => Destination::Dropped,
         // A UDP socket bound to nothing yet: bound in the stack by its first datagram, as
         // the kernel binds it on its first send.
-        None if to_tunnel => match std::panic::catch_unwind(|| datagram::bind_for_send(s, fd, dest)) {
+        None if to_tunnel => match std::panic::catch_unwind(|| datagram::bind_for_send(s, fd)) {
             Ok(Ok(marker)) => Destination::Addressed {
                 to: dest,
                 marker,
@@ -1239,16 +1239,10 @@ fn listen_in_stack(s: &Settings, fd: c_int, inode: u64, mut local: std::net::Soc
     if wildcard {
         // The kernel's socket listens already: its port (chosen by the kernel for port 0),
         // and whether it takes IPv4 too.
-        // SAFETY: sockaddr_storage is plain data for which all zeros is valid.
-        let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
-        // SAFETY: a sockaddr_storage and its length for the kernel's answer.
-        if unsafe { real::getsockname(fd, (&mut name as *mut libc::sockaddr_storage).cast(), &mut len) } != 0 {
-            return -1;
-        }
-        // SAFETY: the kernel wrote a socket address of `len` bytes.
-        if let Some(a) = unsafe { addr::read((&name as *const libc::sockaddr_storage).cast(), len) } {
-            local.set_port(a.port());
+        match addr::kernel_name(fd) {
+            Err(()) => return -1,
+            Ok(Some(a)) => local.set_port(a.port()),
+            Ok(None) => {}
         }
         v6_only = family == libc::AF_INET6 && ipv6_only(fd);
     }

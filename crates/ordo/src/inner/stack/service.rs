@@ -144,6 +144,8 @@ struct Listener {
     /// The application's end had no room for the last connection: wait until it has,
     /// leaving the kernel's connections in the kernel's backlog meanwhile.
     app_full: bool,
+    /// A kernel connection accepted when the application's end had no room, for it next.
+    held: Option<std::net::TcpStream>,
 }
 
 /// A socket of the stack listening on one address for a [`Listener`].
@@ -495,17 +497,10 @@ impl State {
                 }
             }
             Op::BindUdp => {
-                let mut passed = p.passed.into_iter();
-                let app = match passed.next() {
-                    Some(fd) if is_unix(fd.as_raw_fd(), libc::SOCK_SEQPACKET) => fd,
-                    _ => return reply(&p.control, libc::EPROTO, None, None),
-                };
-                let host = match passed.next() {
-                    None => None,
-                    Some(fd) => match host_datagram_socket(fd, request.addr) {
-                        Some(h) => Some(h),
-                        None => return reply(&p.control, libc::EPROTO, None, None),
-                    },
+                let Some(Passed { app, kernel: host }) =
+                    seqpacket_and_kernel(p.passed, |fd| host_datagram_socket(fd, request.addr))
+                else {
+                    return reply(&p.control, libc::EPROTO, None, None);
                 };
                 match self.bind_datagram(request.addr, request.v6_only, app, host) {
                     Ok((local, marker)) => send_reply(
@@ -521,17 +516,10 @@ impl State {
                 }
             }
             Op::ListenTcp => {
-                let mut passed = p.passed.into_iter();
-                let app = match passed.next() {
-                    Some(fd) if is_unix(fd.as_raw_fd(), libc::SOCK_SEQPACKET) => fd,
-                    _ => return reply(&p.control, libc::EPROTO, None, None),
-                };
-                let kernel = match passed.next() {
-                    None => None,
-                    Some(fd) => match kernel_listener(fd, request.addr) {
-                        Some(k) => Some(k),
-                        None => return reply(&p.control, libc::EPROTO, None, None),
-                    },
+                let Some(Passed { app, kernel }) =
+                    seqpacket_and_kernel(p.passed, |fd| kernel_listener(fd, request.addr))
+                else {
+                    return reply(&p.control, libc::EPROTO, None, None);
                 };
                 match self.listen(request.addr, request.v6_only, app, kernel) {
                     Ok(local) => reply(&p.control, 0, Some(local), None),
@@ -587,6 +575,7 @@ impl State {
             ready: Vec::new(),
             kernel,
             app_full: false,
+            held: None,
         };
         let addresses: Vec<IpAddr> = (self.addresses.iter().copied())
             .filter(|a| takes(local, v6_only, *a))
@@ -1065,16 +1054,25 @@ fn send_accepted(fd: RawFd, a: &ordo_attach::Accepted, pass: RawFd) -> io::Resul
 }
 
 /// A listener's connections to its kernel socket, to its application as they are (kernel
-/// sockets: the service relays nothing for them), while its end has room for them.
+/// sockets: the service relays nothing for them), while its end has room for them. One
+/// accepted when it had none is held until it has (and the rest wait in the kernel's
+/// backlog); room is looked at only once there is a connection to hand over, so an idle
+/// listener costs the service's turn one accept.
 fn hand_over_kernel_connections(l: &mut Listener) {
     let Some(kernel) = &l.kernel else { return };
     loop {
-        l.app_full = !writable(l.app.as_raw_fd());
-        if l.app_full {
+        let Some(conn) = l.held.take().or_else(|| kernel.accept().ok().map(|(c, _)| c)) else {
+            l.app_full = false;
+            return;
+        };
+        if !writable(l.app.as_raw_fd()) {
+            l.held = Some(conn);
+            l.app_full = true;
             return;
         }
-        let Ok((conn, remote)) = kernel.accept() else { return };
-        let Ok(local) = conn.local_addr() else { continue };
+        let (Ok(local), Ok(remote)) = (conn.local_addr(), conn.peer_addr()) else {
+            continue;
+        };
         let accepted = ordo_attach::Accepted {
             local,
             remote,
@@ -1093,11 +1091,35 @@ fn writable(fd: RawFd) -> bool {
     unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLOUT != 0 }
 }
 
+/// The descriptors of a listen or a UDP bind: the service's end of a seqpacket pair, and
+/// maybe the program's kernel socket on the same port.
+struct Passed<K> {
+    app: OwnedFd,
+    kernel: Option<K>,
+}
+
+/// [`Passed`] from what came with a request, the kernel socket checked by `kernel` (None:
+/// not what it must be); None if they are not that: the request is refused.
+fn seqpacket_and_kernel<K>(passed: Vec<OwnedFd>, kernel: impl FnOnce(OwnedFd) -> Option<K>) -> Option<Passed<K>> {
+    let mut passed = passed.into_iter();
+    let app = passed
+        .next()
+        .filter(|fd| is_unix(fd.as_raw_fd(), libc::SOCK_SEQPACKET))?;
+    let kernel = match passed.next() {
+        None => None,
+        Some(fd) => Some(kernel(fd)?),
+    };
+    Some(Passed { app, kernel })
+}
+
 /// The application's kernel socket passed with a UDP bind to `addr` (the unspecified address
 /// and a port): a UDP socket bound to that port, or None (the request is refused).
 fn host_datagram_socket(fd: OwnedFd, addr: SocketAddr) -> Option<UdpSocket> {
-    let udp = socket_int(&fd, libc::SO_PROTOCOL) == Some(libc::IPPROTO_UDP)
-        && matches!(socket_int(&fd, libc::SO_DOMAIN), Some(libc::AF_INET | libc::AF_INET6));
+    let udp = socket_int(fd.as_raw_fd(), libc::SO_PROTOCOL) == Some(libc::IPPROTO_UDP)
+        && matches!(
+            socket_int(fd.as_raw_fd(), libc::SO_DOMAIN),
+            Some(libc::AF_INET | libc::AF_INET6)
+        );
     if !udp || !addr.ip().is_unspecified() || addr.port() == 0 {
         return None;
     }
@@ -1106,46 +1128,21 @@ fn host_datagram_socket(fd: OwnedFd, addr: SocketAddr) -> Option<UdpSocket> {
 }
 
 /// An int option of a socket at SOL_SOCKET.
-fn socket_int(fd: &OwnedFd, opt: libc::c_int) -> Option<libc::c_int> {
+fn socket_int(fd: RawFd, opt: libc::c_int) -> Option<libc::c_int> {
     let mut v: libc::c_int = -1;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `v` and `len` are a valid buffer for an int socket option.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            opt,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
     (r == 0).then_some(v)
 }
 
 /// The application's kernel socket passed with a listen on `addr` (the unspecified address
 /// and a port): a TCP socket listening on that port, or None (the request is refused).
 fn kernel_listener(fd: OwnedFd, addr: SocketAddr) -> Option<TcpListener> {
-    let int = |level, opt| {
-        let mut v: libc::c_int = -1;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `v` and `len` are a valid buffer for an int socket option.
-        let r = unsafe {
-            libc::getsockopt(
-                fd.as_raw_fd(),
-                level,
-                opt,
-                (&mut v as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        (r == 0).then_some(v)
-    };
-    let tcp = int(libc::SOL_SOCKET, libc::SO_PROTOCOL) == Some(libc::IPPROTO_TCP)
-        && matches!(
-            int(libc::SOL_SOCKET, libc::SO_DOMAIN),
-            Some(libc::AF_INET | libc::AF_INET6)
-        )
-        && int(libc::SOL_SOCKET, libc::SO_ACCEPTCONN) == Some(1);
+    let int = |opt| socket_int(fd.as_raw_fd(), opt);
+    let tcp = int(libc::SO_PROTOCOL) == Some(libc::IPPROTO_TCP)
+        && matches!(int(libc::SO_DOMAIN), Some(libc::AF_INET | libc::AF_INET6))
+        && int(libc::SO_ACCEPTCONN) == Some(1);
     if !tcp || !addr.ip().is_unspecified() {
         return None;
     }
@@ -1197,14 +1194,7 @@ fn is_unix_stream(fd: RawFd) -> bool {
 
 /// Whether `fd` is a Unix socket of type `ty`.
 fn is_unix(fd: RawFd, ty: libc::c_int) -> bool {
-    let get = |opt| {
-        let mut v: libc::c_int = -1;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `v` and `len` are a valid buffer for an int socket option.
-        let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
-        (r == 0).then_some(v)
-    };
-    get(libc::SO_DOMAIN) == Some(libc::AF_UNIX) && get(libc::SO_TYPE) == Some(ty)
+    socket_int(fd, libc::SO_DOMAIN) == Some(libc::AF_UNIX) && socket_int(fd, libc::SO_TYPE) == Some(ty)
 }
 
 /// Reads up to `max` bytes and the descriptors passed with them. Empty bytes and no
