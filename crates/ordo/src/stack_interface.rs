@@ -48,7 +48,7 @@ pub fn start(
         mtu: cfg.interface.mtu.unwrap_or(1420) as usize,
         attachers,
     };
-    let (device, wires) = Device::create_stack(name, &plane, settings.mtu).context("creating the stack interface")?;
+    let (device, stack) = Device::create_stack(name, &plane, settings.mtu).context("creating the stack interface")?;
     let request = config::set_request(cfg, None)?;
     // The request's lines after `set=1`, up to the blank line that ends it.
     uapi::protocol::parse_set(request.as_str().lines().skip(1).take_while(|l| !l.is_empty()))
@@ -56,7 +56,7 @@ pub fn start(
         .map_err(|e| anyhow::anyhow!("{}: {}", source.display(), e.message))?;
     drop(request);
     device.start().context("starting the data plane")?;
-    let service = Service::start(wires, &settings, attach).context("starting the stack")?;
+    let service = Service::start(stack, &settings, attach).context("starting the stack")?;
     let peers_ips = cfg.peers.iter().flat_map(|p| p.allowed_ips.iter().copied());
     let routes = routes(&cfg.interface.addresses, peers_ips);
     Ok(StackInterface {

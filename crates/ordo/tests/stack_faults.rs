@@ -50,6 +50,8 @@ struct End {
 impl Drop for End {
     fn drop(&mut self) {
         self.stop.request("the test is over");
+        // As the device does: the port's readers wake and see the stop.
+        self.plane.inner.close();
         self.plane.stop();
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -76,7 +78,7 @@ fn end(me: &Side, them: &Side, outer: FaultInjector<MemoryOuter>, plan: Plan) ->
         mtu: 1420,
         attachers: ordo::inner::stack::Attachers::own(),
     };
-    let (inner, wires) = StackPort::new(plan.queues.len(), settings.mtu).unwrap();
+    let (inner, stack) = StackPort::new(plan.queues.len(), settings.mtu).unwrap();
     let plane = DataPlane::new(core, inner, outer, plan);
     plane.start();
     let stop = Arc::new(Stop::default());
@@ -87,7 +89,7 @@ fn end(me: &Side, them: &Side, outer: FaultInjector<MemoryOuter>, plan: Plan) ->
         me.inner,
         Instant::now()
     ));
-    let service = Service::start(wires, &settings, UnixListener::bind(&socket).unwrap()).unwrap();
+    let service = Service::start(stack, &settings, UnixListener::bind(&socket).unwrap()).unwrap();
     End {
         plane,
         stop,

@@ -13,13 +13,30 @@ use std::io::{IoSlice, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The service, its port, and a thread that plays the plane's reader: it runs the stack's
+/// turns as the plane does (woken by the stack's descriptor) and passes on what the stack
+/// sends.
 struct Running {
-    port: StackPort,
+    port: Arc<StackPort>,
+    packets: Mutex<mpsc::Receiver<Vec<u8>>>,
     _service: Service,
     socket: PathBuf,
+    stop: Arc<AtomicBool>,
+    reader: Option<std::thread::JoinHandle<()>>,
     _dir: TempDir,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.reader.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 struct TempDir(PathBuf);
@@ -40,12 +57,38 @@ fn start() -> Running {
         mtu: 1420,
         attachers: ordo::inner::stack::Attachers::own(),
     };
-    let (port, wires) = StackPort::new(1, settings.mtu).unwrap();
-    let service = Service::start(wires, &settings, listener).unwrap();
+    let (port, stack) = StackPort::new(1, settings.mtu).unwrap();
+    let port = Arc::new(port);
+    let service = Service::start(stack, &settings, listener).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, packets) = mpsc::channel();
+    let reader = {
+        let (port, stop) = (port.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut reader = port.reader(0);
+            let mut out = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let mut p = libc::pollfd {
+                    fd: reader.wait_fd().unwrap(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut p, 1, 10) };
+                reader.read(&mut out, 64).unwrap();
+                for packet in out.drain(..) {
+                    let _ = tx.send(packet[HEADROOM..].to_vec());
+                }
+            }
+        })
+    };
     Running {
         port,
+        packets: Mutex::new(packets),
         _service: service,
         socket,
+        stop,
+        reader: Some(reader),
         _dir: TempDir(dir),
     }
 }
@@ -94,18 +137,8 @@ fn connect_request(addr: &str) -> Vec<u8> {
 }
 
 /// The next packet the stack sends towards the plane, within `timeout`.
-fn next_packet(port: &StackPort, timeout: Duration) -> Option<Vec<u8>> {
-    let mut reader = port.reader(0);
-    let deadline = Instant::now() + timeout;
-    let mut out = Vec::new();
-    while Instant::now() < deadline {
-        reader.read(&mut out, 1).unwrap();
-        if let Some(p) = out.pop() {
-            return Some(p[HEADROOM..].to_vec());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    None
+fn next_packet(r: &Running, timeout: Duration) -> Option<Vec<u8>> {
+    r.packets.lock().unwrap().recv_timeout(timeout).ok()
 }
 
 #[test]
@@ -135,7 +168,7 @@ fn bad_requests_get_errors_and_a_good_one_still_connects() {
     }
     drop(UnixStream::connect(&r.socket).unwrap());
     assert!(
-        next_packet(&r.port, Duration::from_millis(200)).is_none(),
+        next_packet(&r, Duration::from_millis(200)).is_none(),
         "a bad request sent a packet"
     );
 
@@ -152,7 +185,7 @@ fn bad_requests_get_errors_and_a_good_one_still_connects() {
         None,
     )
     .unwrap();
-    let syn = next_packet(&r.port, Duration::from_secs(5)).expect("a SYN towards the plane");
+    let syn = next_packet(&r, Duration::from_secs(5)).expect("a SYN towards the plane");
     assert_eq!(syn[0] >> 4, 4, "IPv4");
     assert_eq!(syn[9], 6, "TCP");
     assert_eq!(&syn[12..16], &[10, 99, 0, 1], "from the stack's address");
@@ -270,7 +303,7 @@ fn udp_sockets_are_checked_and_their_datagrams_leave_as_sent() {
     drop(theirs);
     let mut app = UnixStream::from(app);
     app.write_all(b"hello").unwrap();
-    let p = next_packet(&r.port, Duration::from_secs(5)).expect("the datagram");
+    let p = next_packet(&r, Duration::from_secs(5)).expect("the datagram");
     assert_eq!(p[9], 17, "UDP");
     assert_eq!(&p[12..20], &[10, 99, 0, 1, 10, 99, 0, 2]);
     assert_eq!(u16::from_be_bytes([p[20], p[21]]), local.port());
@@ -280,7 +313,7 @@ fn udp_sockets_are_checked_and_their_datagrams_leave_as_sent() {
     // still leaves.
     app.write_all(&[7u8; 1420]).unwrap();
     app.write_all(b"again").unwrap();
-    let p = next_packet(&r.port, Duration::from_secs(5)).expect("the next datagram");
+    let p = next_packet(&r, Duration::from_secs(5)).expect("the next datagram");
     assert_eq!(&p[28..], b"again");
     let too_big = r
         .port
@@ -428,7 +461,7 @@ fn unconnected_udp_sockets_send_where_each_record_says() {
     app.write_all(&bad).unwrap();
     app.write_all(&record(SendHeader::To("10.99.0.2:53".parse().unwrap()), b"to 53"))
         .unwrap();
-    let p = next_packet(&r.port, Duration::from_secs(5)).expect("the datagram");
+    let p = next_packet(&r, Duration::from_secs(5)).expect("the datagram");
     assert_eq!(&p[12..20], &[10, 99, 0, 1, 10, 99, 0, 2]);
     assert_eq!(u16::from_be_bytes([p[20], p[21]]), 5353);
     assert_eq!(u16::from_be_bytes([p[22], p[23]]), 53);
@@ -436,7 +469,7 @@ fn unconnected_udp_sockets_send_where_each_record_says() {
     app.write_all(&record(SendHeader::Connect("10.99.0.3:99".parse().unwrap()), b""))
         .unwrap();
     app.write_all(b"alone").unwrap();
-    let p = next_packet(&r.port, Duration::from_secs(5)).expect("the datagram to the remote");
+    let p = next_packet(&r, Duration::from_secs(5)).expect("the datagram to the remote");
     assert_eq!(&p[16..20], &[10, 99, 0, 3]);
     assert_eq!(u16::from_be_bytes([p[22], p[23]]), 99);
     assert_eq!(&p[28..], b"alone");
@@ -445,7 +478,7 @@ fn unconnected_udp_sockets_send_where_each_record_says() {
     app.write_all(b"alone again").unwrap();
     app.write_all(&record(SendHeader::To("10.99.0.2:53".parse().unwrap()), b"last"))
         .unwrap();
-    let p = next_packet(&r.port, Duration::from_secs(5)).expect("the last datagram");
+    let p = next_packet(&r, Duration::from_secs(5)).expect("the last datagram");
     assert_eq!(&p[28..], b"last");
     let counter = |name: &str| r.port.counters().into_iter().find(|c| c.name == name).map(|c| c.value);
     assert_eq!(counter("drop_stack_datagram_no_destination"), Some(2));

@@ -7,7 +7,7 @@
 
 pub mod inner;
 
-use crate::inner::stack::link::Wires;
+use crate::inner::stack::service::Stack;
 use crate::inner::stack::StackPort;
 use crate::inner::tun::TunPort;
 use crate::outer::udp::UdpPort;
@@ -47,12 +47,12 @@ impl Device {
     }
 
     /// An interface whose inner side is Ordo's own TCP/IP stack: no TUN device, nothing that
-    /// needs a privilege. Returns the wires the stack's service runs on
-    /// (`inner::stack::service::Service::start`).
-    pub fn create_stack(name: &str, config: &PlaneConfig, mtu: usize) -> io::Result<(Arc<Device>, Arc<Wires>)> {
+    /// needs a privilege. Returns the stack, for its service
+    /// (`inner::stack::service::Service::start`); the plane's reader runs it.
+    pub fn create_stack(name: &str, config: &PlaneConfig, mtu: usize) -> io::Result<(Arc<Device>, Arc<Stack>)> {
         let plan = Plan::new(config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let (stack, wires) = StackPort::new(plan.queues.len(), mtu)?;
-        Ok((Device::compose(name, plan, InnerSide::Stack(stack))?, wires))
+        let (port, stack) = StackPort::new(plan.queues.len(), mtu)?;
+        Ok((Device::compose(name, plan, InnerSide::Stack(port))?, stack))
     }
 
     fn compose(name: &str, plan: Plan, inner: InnerSide) -> io::Result<Arc<Device>> {

@@ -19,6 +19,7 @@
 //! counted, never waited for; one larger than the tunnel can carry (the stack does not
 //! fragment) is dropped and counted.
 
+use super::readiness::{Watched, READABLE, WRITABLE};
 use ordo_attach::{SendHeader, Source, MARKER_LEN};
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::udp;
@@ -53,14 +54,14 @@ pub struct DatagramDrops {
 pub struct Flow {
     pub handle: SocketHandle,
     /// The service's end of the application's seqpacket pair (non-blocking).
-    pub app: OwnedFd,
+    pub app: Watched<OwnedFd>,
     pub local_port: u16,
     /// The only source delivered, and where a record without a header goes.
     pub remote: Option<Remote>,
     /// The families of the stack's datagrams delivered (an IPv4 socket takes no IPv6).
     pub takes: Families,
     /// A server's kernel socket bound to the same port (non-blocking).
-    pub host: Option<UdpSocket>,
+    pub host: Option<Watched<UdpSocket>>,
     /// An unconnected socket's marker: its records carry addresses.
     pub marker: Option<[u8; MARKER_LEN]>,
     /// The tunnel's MTU: a datagram that does not fit in one packet is dropped.
@@ -123,15 +124,15 @@ pub fn new_socket(local: IpListenEndpoint) -> udp::Socket<'static> {
     socket
 }
 
-/// What the application wants from its flow's socket, as poll(2) events on its end: to be
+/// What the stack wants of a flow's application end now, as epoll events: to be
 /// read when the stack can queue a datagram, written when the stack holds one for it.
-pub fn wanted(s: &udp::Socket) -> i16 {
+pub fn wanted(s: &udp::Socket) -> u32 {
     let mut events = 0;
     if s.can_send() {
-        events |= libc::POLLIN;
+        events |= READABLE;
     }
     if s.can_recv() {
-        events |= libc::POLLOUT;
+        events |= WRITABLE;
     }
     events
 }
@@ -142,7 +143,8 @@ pub fn wanted(s: &udp::Socket) -> i16 {
 pub fn relay(f: &mut Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &DatagramDrops) -> bool {
     let fd = f.app.as_raw_fd();
     // Records that leave by the host's socket take no room in the stack: without a bound,
-    // one application sending them without pause would hold the service's thread.
+    // one application sending them without pause would hold the stack's turn, and the
+    // plane's thread that runs it.
     let mut turn = 0;
     while s.can_send() && turn < RECORDS_PER_TURN {
         turn += 1;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 /// The packets between the plane and the stack, and what their passing counts.
 pub struct Wires {
-    /// Packets the plane delivered, for the stack's thread.
+    /// Packets the plane delivered, for the stack's next turn.
     pub to_stack: Inbox<Vec<u8>>,
     /// Packets the stack made, for the plane's reader (the port's queue 0).
     pub to_plane: Inbox<Vec<u8>>,

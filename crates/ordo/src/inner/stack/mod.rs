@@ -3,20 +3,29 @@
 //! the attach service ([`service`]): the preload library (`crates/ordo-preload`) hands it
 //! their connections to tunnel destinations.
 //!
-//! Threads: the plane writes delivered packets into an inbox and reads the stack's packets
-//! from another ([`link::Wires`]); the stack, its sockets and the applications' descriptors
-//! belong to one thread of their own ([`service::Service`]), woken by the inbox, the
-//! applications and the stack's timers.
+//! Threads: the stack has none of its own. The plane's thread that reads the port's queue 0
+//! (a queue thread in the inline and auto models, the read stage in the pool models) runs
+//! it: each read is a turn of the stack ([`service::Stack::turn`]) that moves what
+//! applications wrote into the stack and what the stack made out to the plane, and the
+//! queue's descriptor to wait on is the stack's readiness ([`readiness`]): the plane's
+//! deliveries, the applications' sockets, the stack's timers. So the stack runs where
+//! Ordo's placement puts that thread, and nothing is handed between threads on the way
+//! out. The plane's deliveries (from whichever thread decrypted them) go through an inbox
+//! ([`link::Wires`]).
 
 pub mod datagram;
 pub mod link;
+pub mod readiness;
 pub mod service;
+pub mod settings;
 pub mod unix;
+
+pub use settings::{Attachers, Guests, StackSettings};
 
 use crate::host::wakeup::Inbox;
 use crate::port::{buffers, Counter, DeliveryRun, InnerPort, InnerRead};
-use ipnet::IpNet;
 use link::Wires;
+use service::Stack;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,73 +34,8 @@ use std::sync::Arc;
 /// Packets each direction holds between the plane and the stack.
 const INBOX: usize = 4096;
 
-/// What a stack interface is: its addresses in the tunnel and its MTU.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StackSettings {
-    pub addresses: Vec<IpNet>,
-    pub mtu: usize,
-    /// Who may attach programs to it.
-    pub attachers: Attachers,
-}
-
-/// Who may attach programs to a stack interface: its user (who started it: the daemon may
-/// since have become another), root, and its guests.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Attachers {
-    pub owner: u32,
-    pub guests: Guests,
-}
-
-impl Attachers {
-    /// The interface's process's own user as the owner, no guests.
-    pub fn own() -> Attachers {
-        Attachers {
-            // SAFETY: getuid cannot fail.
-            owner: unsafe { libc::getuid() },
-            guests: Guests::default(),
-        }
-    }
-
-    pub fn admit(&self, uid: u32) -> bool {
-        uid == self.owner || uid == 0 || self.guests.admit(uid)
-    }
-}
-
-/// Users other than the interface's own whose programs may attach to it (`AttachUsers =`):
-/// these users, and the members of these groups.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Guests {
-    pub uids: Vec<u32>,
-    pub gids: Vec<u32>,
-}
-
-impl Guests {
-    pub fn is_empty(&self) -> bool {
-        self.uids.is_empty() && self.gids.is_empty()
-    }
-
-    /// Whether the user `uid` is one of them: named, or a member of a named group (its
-    /// primary group or a supplementary one, as the group database says now).
-    pub fn admit(&self, uid: u32) -> bool {
-        if self.uids.contains(&uid) {
-            return true;
-        }
-        if self.gids.is_empty() {
-            return false;
-        }
-        let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) else {
-            return false;
-        };
-        let Ok(name) = std::ffi::CString::new(user.name) else {
-            return false;
-        };
-        let groups = nix::unistd::getgrouplist(&name, user.gid).unwrap_or_default();
-        groups.iter().any(|g| self.gids.contains(&g.as_raw()))
-    }
-}
-
 pub struct StackPort {
-    wires: Arc<Wires>,
+    stack: Arc<Stack>,
     /// Read halves of queues other than 0: the stack writes everything to queue 0, so these
     /// never have anything (one inbox each, so each reader has a descriptor to wait on).
     idle: Vec<Arc<Inbox<Vec<u8>>>>,
@@ -100,8 +44,8 @@ pub struct StackPort {
 }
 
 impl StackPort {
-    /// The port, and the wires the stack's service runs on (see [`service::Service::start`]).
-    pub fn new(queues: usize, mtu: usize) -> io::Result<(StackPort, Arc<Wires>)> {
+    /// The port, and the stack its service runs (see [`service::Service::start`]).
+    pub fn new(queues: usize, mtu: usize) -> io::Result<(StackPort, Arc<Stack>)> {
         let wires = Arc::new(Wires {
             to_stack: Inbox::new(INBOX)?,
             to_plane: Inbox::new(INBOX)?,
@@ -109,21 +53,22 @@ impl StackPort {
             packets_out: AtomicU64::new(0),
             datagram_drops: Default::default(),
         });
+        let stack = Arc::new(Stack::new(wires)?);
         let idle = (1..queues.max(1))
             .map(|_| Inbox::new(1).map(Arc::new))
             .collect::<io::Result<_>>()?;
         let port = StackPort {
-            wires: wires.clone(),
+            stack: stack.clone(),
             idle,
             mtu,
             delivered_dropped: Arc::new(AtomicU64::new(0)),
         };
-        Ok((port, wires))
+        Ok((port, stack))
     }
 
     /// The plane's side goes away: its readers fail.
     pub fn close(&self) {
-        self.wires.to_plane.close();
+        self.stack.wires.to_plane.close();
         self.idle.iter().for_each(|i| i.close());
     }
 }
@@ -133,7 +78,7 @@ impl InnerPort for StackPort {
 
     fn reader(&self, queue: usize) -> StackRead {
         StackRead {
-            wires: self.wires.clone(),
+            stack: self.stack.clone(),
             idle: queue.checked_sub(1).and_then(|i| self.idle.get(i)).cloned(),
         }
     }
@@ -142,7 +87,7 @@ impl InnerPort for StackPort {
         for p in run.packets() {
             let mut copy = buffers::take(p.len());
             copy.extend_from_slice(p);
-            if !self.wires.to_stack.push(copy) {
+            if !self.stack.wires.to_stack.push(copy) {
                 self.delivered_dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -153,55 +98,69 @@ impl InnerPort for StackPort {
     }
 
     fn counters(&self) -> Vec<Counter> {
+        let wires = &self.stack.wires;
         vec![
-            Counter::new("stack_packets_in", self.wires.packets_in.load(Ordering::Relaxed)),
-            Counter::new("stack_packets_out", self.wires.packets_out.load(Ordering::Relaxed)),
+            Counter::new("stack_packets_in", wires.packets_in.load(Ordering::Relaxed)),
+            Counter::new("stack_packets_out", wires.packets_out.load(Ordering::Relaxed)),
             Counter::new(
                 "drop_stack_inbox_full",
-                self.wires.to_stack.overflows.load(Ordering::Relaxed),
+                wires.to_stack.overflows.load(Ordering::Relaxed),
             ),
             Counter::new(
                 "drop_stack_outbox_full",
-                self.wires.to_plane.overflows.load(Ordering::Relaxed),
+                wires.to_plane.overflows.load(Ordering::Relaxed),
             ),
             Counter::new(
                 "drop_stack_datagram_queue_full",
-                self.wires.datagram_drops.queue_full.load(Ordering::Relaxed),
+                wires.datagram_drops.queue_full.load(Ordering::Relaxed),
             ),
             Counter::new(
                 "drop_stack_datagram_too_big",
-                self.wires.datagram_drops.too_big.load(Ordering::Relaxed),
+                wires.datagram_drops.too_big.load(Ordering::Relaxed),
             ),
             Counter::new(
                 "drop_stack_datagram_no_destination",
-                self.wires.datagram_drops.no_destination.load(Ordering::Relaxed),
+                wires.datagram_drops.no_destination.load(Ordering::Relaxed),
             ),
             Counter::new(
                 "drop_stack_datagram_malformed",
-                self.wires.datagram_drops.malformed.load(Ordering::Relaxed),
+                wires.datagram_drops.malformed.load(Ordering::Relaxed),
             ),
         ]
     }
 }
 
-/// A queue's read half: queue 0 reads what the stack sent; the others wait on an inbox that
-/// stays empty until the port closes.
+/// A queue's read half: queue 0 runs the stack and reads what it sent; the others wait on an
+/// inbox that stays empty until the port closes.
 pub struct StackRead {
-    wires: Arc<Wires>,
+    stack: Arc<Stack>,
     idle: Option<Arc<Inbox<Vec<u8>>>>,
 }
 
 impl InnerRead for StackRead {
     fn wait_fd(&mut self) -> Option<RawFd> {
-        Some(self.idle.as_deref().unwrap_or(&self.wires.to_plane).fd())
+        Some(match &self.idle {
+            Some(idle) => idle.fd(),
+            None => self.stack.wait_fd(),
+        })
     }
 
     fn read(&mut self, out: &mut Vec<Vec<u8>>, max: usize) -> io::Result<()> {
-        if self.wires.to_plane.is_closed() {
+        let to_plane = &self.stack.wires.to_plane;
+        if to_plane.is_closed() {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the stack was closed"));
         }
-        if self.idle.is_none() {
-            self.wires.to_plane.take(out, max);
+        if self.idle.is_some() {
+            return Ok(());
+        }
+        // What an earlier turn made beyond the last read's room goes first; a turn only once
+        // that is out, so that the stack takes no more from applications than the plane
+        // takes from it.
+        let from = out.len();
+        to_plane.take(out, max);
+        if out.len() - from < max {
+            self.stack.turn();
+            to_plane.take(out, max - (out.len() - from));
         }
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! The attach service: the stack's thread. It owns smoltcp's interface and sockets, accepts
+//! The attach service: the stack's state and its turns. It owns smoltcp's interface and sockets, accepts
 //! applications' requests on the attach socket (`ordo_attach`), and relays each connection's
 //! bytes between the application's Unix socket and the stack's TCP socket, one copy each way
 //! (the application's bytes are read straight into the TCP send buffer, and written straight
@@ -12,9 +12,11 @@
 
 use super::datagram::{self, Flow};
 use super::link::{Link, Wires};
+use super::readiness::{Readiness, Watched, Watcher, HANG_UP, READABLE, WRITABLE};
+use super::settings::StackSettings;
 use super::unix::{hung_up, peer_closed};
-use super::StackSettings;
 use crate::host::wakeup::WakeUp;
+use crate::port::buffers;
 use ordo_attach::rights::Rights;
 use ordo_attach::{Op, Reply, Request, REQUEST_LEN};
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
@@ -25,15 +27,17 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// Each TCP connection's send and receive buffers in the stack: the window it can offer and
-/// fill. 256 KB held one flow back on this machine's veth (scripts/bench-stack.sh); the
-/// memory is touched only as it is used, and [`MAX_CONNECTIONS`] bounds the whole.
-const TCP_BUFFER: usize = 1024 * 1024;
+/// Each TCP connection's receive and send buffers in the stack: the window it can offer, and
+/// the data it can have in flight. One flow's window must cover what the tunnel holds in
+/// flight at full speed (its queues included): 1 MB held one flow back on this machine's
+/// veth receiving, not sending (scripts/bench-stack.sh). The kernel grows a socket's buffers
+/// up to 6 MB receiving and 4 MB sending (tcp_rmem, tcp_wmem). The memory is touched only as
+/// data passes through, and [`MAX_CONNECTIONS`] bounds the whole.
+const RECEIVE_BUFFER: usize = 4 * 1024 * 1024;
+const SEND_BUFFER: usize = 1024 * 1024;
 /// How long a new connection may take to be established (Linux gives up after about 127 s
 /// of SYN retransmissions by default; applications usually time out sooner themselves).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -41,73 +45,155 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// Requests being read at once; more wait in the listen backlog.
 const MAX_PENDING_REQUESTS: usize = 64;
-/// Connections at once (at most 2 x [`TCP_BUFFER`] each); a request beyond is refused with
+/// Connections at once (at most [`RECEIVE_BUFFER`] + [`SEND_BUFFER`] each); a request beyond is refused with
 /// EMFILE. A UDP socket's connect counts the UDP sockets too.
 const MAX_CONNECTIONS: usize = 1024;
-/// The longest the thread sleeps: it also looks at its stop flag when it wakes.
-const MAX_SLEEP: Duration = Duration::from_millis(250);
 /// Local ports of connections (the kernel's default ephemeral range is 32768-60999; the
 /// stack has its own addresses, so it may use the IANA range).
 const EPHEMERAL: std::ops::RangeInclusive<u16> = 49152..=65535;
 
-/// The running service; stops its thread when dropped.
+/// The stack and its service's state, run by the plane's thread that reads the port's queue
+/// 0 ([`Stack::turn`]), shared between that reader and the service's handle ([`Service`]).
+pub struct Stack {
+    pub wires: Arc<Wires>,
+    /// The readiness set's descriptor: the queue's to wait on.
+    wait_fd: RawFd,
+    running: Mutex<Running>,
+    /// Signalled when a lingering stack has ended.
+    ended: Condvar,
+    /// Rung to have the stack take a turn (a linger begins).
+    wake: WakeUp,
+}
+
+/// What a turn works on: the stack (None before the service starts and after it ends), and
+/// what wakes it.
+struct Running {
+    readiness: Readiness,
+    state: Option<State>,
+    /// While lingering: until when, at most.
+    linger_until: Option<Instant>,
+}
+
+impl Stack {
+    /// A stack with no service yet, over `wires`: the plane may run its turns already.
+    pub fn new(wires: Arc<Wires>) -> io::Result<Stack> {
+        let readiness = Readiness::new()?;
+        let wake = WakeUp::new()?;
+        readiness.add_lasting(wires.to_stack.fd())?;
+        readiness.add_lasting(wires.to_plane.fd())?;
+        readiness.add_lasting(wake.as_raw_fd())?;
+        Ok(Stack {
+            wait_fd: readiness.fd(),
+            wires,
+            running: Mutex::new(Running {
+                readiness,
+                state: None,
+                linger_until: None,
+            }),
+            ended: Condvar::new(),
+            wake,
+        })
+    }
+
+    /// The descriptor that is readable when the stack has something to do.
+    pub fn wait_fd(&self) -> RawFd {
+        self.wait_fd
+    }
+
+    fn running(&self) -> MutexGuard<'_, Running> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One turn of the stack: what the plane delivered and what applications wrote into it,
+    /// what it made out to the plane ([`Wires::to_plane`]), requests answered, and its
+    /// readiness set to what it waits for next. Without a service, what the plane delivers
+    /// is dropped: nothing would take it.
+    pub fn turn(&self) {
+        self.wake.clear();
+        let mut running = self.running();
+        let Running {
+            readiness,
+            state,
+            linger_until,
+        } = &mut *running;
+        let Some(s) = state else {
+            let mut dropped = Vec::new();
+            self.wires.to_stack.take(&mut dropped, usize::MAX);
+            buffers::give(dropped);
+            readiness.arm(None);
+            return;
+        };
+        if let Some(until) = *linger_until {
+            s.pending.clear();
+            if Instant::now() >= until || s.all_delivered() {
+                *state = None;
+                readiness.arm(None);
+                self.ended.notify_all();
+                return;
+            }
+        }
+        let deadline = s.turn();
+        readiness.arm(deadline.into_iter().chain(*linger_until).min());
+    }
+}
+
+/// The running service: the stack's state until it is dropped (which ends every connection).
 pub struct Service {
-    stop: Arc<AtomicBool>,
-    linger: Arc<AtomicBool>,
-    wake: Arc<WakeUp>,
-    thread: Option<JoinHandle<()>>,
+    stack: Arc<Stack>,
 }
 
 /// How long [`Service::linger`] waits, at most, for connections to deliver what they hold.
 pub const LINGER: Duration = Duration::from_secs(30);
 
 impl Service {
-    /// Starts the stack's thread over `wires`, answering applications on `listener`.
-    pub fn start(wires: Arc<Wires>, settings: &StackSettings, listener: UnixListener) -> io::Result<Service> {
+    /// Starts the stack's service on `stack`, answering applications on `listener`; the
+    /// plane's reader runs it.
+    pub fn start(stack: Arc<Stack>, settings: &StackSettings, listener: UnixListener) -> io::Result<Service> {
         listener.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let linger = Arc::new(AtomicBool::new(false));
-        let wake = Arc::new(WakeUp::new()?);
-        let mut state = State::new(wires, settings, listener, stop.clone(), wake.clone());
-        let lingering = linger.clone();
-        let thread = std::thread::Builder::new()
-            .name("ordo-stack".into())
-            .spawn(move || state.run(&lingering))?;
-        Ok(Service {
-            stop,
-            linger,
-            wake,
-            thread: Some(thread),
-        })
+        {
+            let mut running = stack.running();
+            let watcher = running.readiness.watcher();
+            let state = State::new(stack.wires.clone(), settings, listener, watcher);
+            running.state = Some(state);
+        }
+        stack.wake.ring();
+        Ok(Service { stack })
     }
 
     /// Takes no more requests, and returns once every connection has delivered what it
     /// holds and ended (its FIN acknowledged, or reset), or after [`LINGER`]: as the kernel
     /// keeps sending a closed socket's data after its process exits. For `ordo run`, whose
-    /// program has ended (which closed the program's ends of the connections).
-    pub fn linger(mut self) {
-        self.linger.store(true, Ordering::SeqCst);
-        self.wake.ring();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+    /// program has ended (which closed the program's ends of the connections). The plane
+    /// must still run: its reader takes the turns.
+    pub fn linger(self) {
+        let mut running = self.stack.running();
+        running.linger_until = Some(Instant::now() + LINGER);
+        self.stack.wake.ring();
+        // A little longer than the linger itself, should the plane have stopped.
+        let until = Instant::now() + LINGER + Duration::from_secs(1);
+        while running.state.is_some() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            running = (self.stack.ended.wait_timeout(running, left))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 }
 
 impl Drop for Service {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.wake.ring();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let state = self.stack.running().state.take();
+        drop(state);
     }
 }
 
 /// A request being read: the bytes so far and the descriptors that came with them (at most
 /// two are kept).
 struct PendingRequest {
-    control: UnixStream,
+    control: Watched<UnixStream>,
     bytes: Vec<u8>,
     passed: Vec<OwnedFd>,
     deadline: Instant,
@@ -135,15 +221,17 @@ struct Listener {
     v6_only: bool,
     /// The service's end of the application's listening socket (a Unix seqpacket pair):
     /// each accepted connection is sent over it with its descriptor.
-    app: OwnedFd,
+    app: Watched<OwnedFd>,
     /// The stack's sockets listening for it, [`LISTEN_BACKLOG`] on each address it takes.
     ready: Vec<ListeningSocket>,
     /// On the unspecified address: the application's kernel socket listening on the same
     /// port, whose connections are handed over as they are.
-    kernel: Option<TcpListener>,
-    /// The application's end had no room for the last connection: wait until it has,
+    kernel: Option<Watched<TcpListener>>,
+    /// The application's end had no room for the last kernel connection: wait until it has,
     /// leaving the kernel's connections in the kernel's backlog meanwhile.
     app_full: bool,
+    /// ... nor for one of the stack's, which waits established meanwhile.
+    stack_waiting: bool,
     /// A kernel connection accepted when the application's end had no room, for it next.
     held: Option<std::net::TcpStream>,
 }
@@ -185,10 +273,11 @@ fn overlaps(a: &Listener, local: SocketAddr, v6_only: bool) -> bool {
 struct Connection {
     handle: SocketHandle,
     /// The service's end of the application's socket pair (non-blocking).
-    app: OwnedFd,
+    app: Watched<OwnedFd>,
     local_port: u16,
-    /// Until the connection is established or fails: where to send the answer.
-    waiting: Option<(UnixStream, Instant)>,
+    /// Until the connection is established or fails: where to send the answer, and until
+    /// when at most.
+    waiting: Option<(Watched<UnixStream>, Instant)>,
     /// The application will send no more (it shut down writing or closed).
     app_done_writing: bool,
     /// The application was told the peer will send no more.
@@ -201,7 +290,7 @@ struct State {
     link: Link,
     iface: Interface,
     sockets: SocketSet<'static>,
-    listener: UnixListener,
+    listener: Watched<UnixListener>,
     pending: Vec<PendingRequest>,
     connections: Vec<Connection>,
     listeners: Vec<Listener>,
@@ -218,8 +307,8 @@ struct State {
     next_port: u16,
     addresses: Vec<IpAddr>,
     started: Instant,
-    stop: Arc<AtomicBool>,
-    wake: Arc<WakeUp>,
+    /// Registers the applications' descriptors in the stack's readiness set.
+    watcher: Watcher,
     attachers: super::Attachers,
 }
 
@@ -234,13 +323,7 @@ fn tsval() -> u32 {
 }
 
 impl State {
-    fn new(
-        wires: Arc<Wires>,
-        settings: &StackSettings,
-        listener: UnixListener,
-        stop: Arc<AtomicBool>,
-        wake: Arc<WakeUp>,
-    ) -> State {
+    fn new(wires: Arc<Wires>, settings: &StackSettings, listener: UnixListener, watcher: Watcher) -> State {
         let mut link = Link::new(wires, settings.mtu);
         let mut config = Config::new(HardwareAddress::Ip);
         let seed = rand_core::RngCore::next_u64(&mut rand_core::OsRng);
@@ -273,7 +356,7 @@ impl State {
             link,
             iface,
             sockets: SocketSet::new(Vec::new()),
-            listener,
+            listener: watcher.watch(listener),
             pending: Vec::new(),
             connections: Vec::new(),
             listeners: Vec::new(),
@@ -285,8 +368,7 @@ impl State {
             next_port,
             addresses,
             started,
-            stop,
-            wake,
+            watcher,
             attachers: settings.attachers.clone(),
         }
     }
@@ -295,93 +377,83 @@ impl State {
         smoltcp::time::Instant::from_micros(self.started.elapsed().as_micros() as i64)
     }
 
-    fn run(&mut self, linger: &AtomicBool) {
-        let mut linger_until = None;
-        while !self.stop.load(Ordering::SeqCst) {
-            if linger.load(Ordering::SeqCst) {
-                let until = *linger_until.get_or_insert_with(|| Instant::now() + LINGER);
-                self.pending.clear();
-                if Instant::now() >= until || self.all_delivered() {
-                    return;
-                }
-            }
-            self.link.take_delivered();
-            let now = self.now();
-            self.iface.poll(now, &mut self.link, &mut self.sockets);
-            self.accept();
-            self.read_requests();
-            self.accept_connections();
-            self.relay();
-            self.relay_datagrams();
-            let now = self.now();
-            self.iface.poll(now, &mut self.link, &mut self.sockets);
-            for h in self.closing.drain(..) {
-                self.sockets.remove(h);
-            }
-            self.wait();
+    /// One turn (see [`Stack::turn`]); returns when the stack next needs one, if no
+    /// descriptor wakes it before.
+    fn turn(&mut self) -> Option<Instant> {
+        self.link.take_delivered();
+        let now = self.now();
+        self.iface.poll(now, &mut self.link, &mut self.sockets);
+        self.accept();
+        self.read_requests();
+        self.accept_connections();
+        self.relay();
+        self.relay_datagrams();
+        let now = self.now();
+        self.iface.poll(now, &mut self.link, &mut self.sockets);
+        for h in self.closing.drain(..) {
+            self.sockets.remove(h);
         }
+        self.want();
+        self.deadline()
     }
 
-    /// Sleeps until something may be ready: the plane delivered, an application wrote or
-    /// can take more, a request arrives, or the stack's next timer.
-    fn wait(&mut self) {
-        let mut fds = vec![
-            pollfd(self.link.wires.to_stack.fd(), libc::POLLIN),
-            pollfd(self.listener.as_raw_fd(), libc::POLLIN),
-            pollfd(self.wake.as_raw_fd(), libc::POLLIN),
-        ];
-        fds.extend(self.pending.iter().map(|p| pollfd(p.control.as_raw_fd(), libc::POLLIN)));
-        // A listener's application closing it wakes us (POLLHUP, reported whatever the
-        // events); a connection that waited for room in its queue is tried again at the
-        // stack's next timer or packet.
-        // A listener whose application had no room for a connection wakes us when it has;
-        // one with a kernel socket, when that has a connection to hand over.
-        for l in &self.listeners {
-            fds.push(pollfd(l.app.as_raw_fd(), if l.app_full { libc::POLLOUT } else { 0 }));
-            if let (Some(k), false) = (&l.kernel, l.app_full) {
-                fds.push(pollfd(k.as_raw_fd(), libc::POLLIN));
+    /// Registers each descriptor for what the stack can act on now: the plane's deliveries
+    /// and the service's own are always in the set.
+    fn want(&mut self) {
+        let room = if self.pending.len() < MAX_PENDING_REQUESTS {
+            READABLE
+        } else {
+            0
+        };
+        self.listener.want(room);
+        for p in &mut self.pending {
+            p.control.want(READABLE);
+        }
+        // A listener's application closing it wakes the stack (a hang-up); one whose
+        // application had no room for a connection wakes it when it has; one with a kernel
+        // socket, when that has a connection to hand over.
+        for l in &mut self.listeners {
+            let full = l.app_full || l.stack_waiting;
+            l.app.want(HANG_UP | if full { WRITABLE } else { 0 });
+            if let Some(k) = &mut l.kernel {
+                k.want(if l.app_full { 0 } else { READABLE });
             }
         }
-        for c in &self.connections {
+        for c in &mut self.connections {
             let s = self.sockets.get::<tcp::Socket>(c.handle);
             let mut events = 0;
             if c.waiting.is_none() && !c.app_done_writing && s.may_send() && s.send_queue() < s.send_capacity() {
-                events |= libc::POLLIN;
+                events |= READABLE;
             }
             if s.can_recv() {
-                events |= libc::POLLOUT;
+                events |= WRITABLE;
             }
-            fds.push(pollfd(c.app.as_raw_fd(), events));
+            if let Some((control, _)) = &mut c.waiting {
+                // A program that gives up on a connect closes its socket, or ends.
+                events |= HANG_UP;
+                control.want(HANG_UP);
+            }
+            // None: a connection the application closed is not woken by its hang-up while
+            // the stack ends it.
+            c.app.want(events);
         }
-        for f in &self.flows {
-            let events = datagram::wanted(self.sockets.get::<udp::Socket>(f.handle));
-            fds.push(pollfd(f.app.as_raw_fd(), events));
-            if let Some(h) = &f.host {
-                fds.push(pollfd(h.as_raw_fd(), libc::POLLIN));
+        for f in &mut self.flows {
+            f.app.want(datagram::wanted(self.sockets.get::<udp::Socket>(f.handle)));
+            if let Some(h) = &mut f.host {
+                h.want(READABLE);
             }
         }
+    }
+
+    /// When the stack next needs a turn, if nothing wakes it before: its own timers, a
+    /// request's deadline, a connect's.
+    fn deadline(&mut self) -> Option<Instant> {
         let now = self.now();
-        let mut sleep = self
-            .iface
-            .poll_delay(now, &self.sockets)
-            .map(|d| Duration::from_micros(d.total_micros()))
-            .unwrap_or(MAX_SLEEP)
-            .min(MAX_SLEEP);
-        if let Some(first) = self.pending.iter().map(|p| p.deadline).min() {
-            sleep = sleep.min(first.saturating_duration_since(Instant::now()));
-        }
-        if let Some(first) = self
-            .connections
-            .iter()
-            .filter_map(|c| c.waiting.as_ref().map(|w| w.1))
-            .min()
-        {
-            sleep = sleep.min(first.saturating_duration_since(Instant::now()));
-        }
-        let ms = sleep.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid array of pollfd of the given length.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        self.wake.clear();
+        let timers = (self.iface.poll_delay(now, &self.sockets))
+            .map(|d| Instant::now() + Duration::from_micros(d.total_micros()));
+        let requests = self.pending.iter().map(|p| p.deadline);
+        let connects = self.connections.iter().filter_map(|c| c.waiting.as_ref().map(|w| w.1));
+        timers.into_iter().chain(requests).chain(connects).min()
     }
 
     /// Takes new applications' connections to the attach socket.
@@ -402,7 +474,7 @@ impl State {
                 continue;
             }
             self.pending.push(PendingRequest {
-                control,
+                control: self.watcher.watch(control),
                 bytes: Vec::with_capacity(REQUEST_LEN),
                 passed: Vec::new(),
                 deadline: Instant::now() + REQUEST_DEADLINE,
@@ -571,10 +643,11 @@ impl State {
         let mut l = Listener {
             local,
             v6_only,
-            app,
+            app: self.watcher.watch(app),
             ready: Vec::new(),
-            kernel,
+            kernel: kernel.map(|k| self.watcher.watch(k)),
             app_full: false,
+            stack_waiting: false,
             held: None,
         };
         let addresses: Vec<IpAddr> = (self.addresses.iter().copied())
@@ -630,6 +703,7 @@ impl State {
     /// The stack's established connections of listener `i`, to its application.
     fn accept_from_stack(&mut self, i: usize) {
         let mut k = 0;
+        self.listeners[i].stack_waiting = false;
         // At the bound, established connections wait in the backlog (and further SYNs find
         // no listening socket) until others end.
         while k < self.listeners[i].ready.len() && self.connections.len() < MAX_CONNECTIONS {
@@ -664,7 +738,8 @@ impl State {
             };
             if send_accepted(self.listeners[i].app.as_raw_fd(), &accepted, theirs.as_raw_fd()).is_err() {
                 // The application's queue is full: it gets the connection when it has
-                // accepted others.
+                // accepted others (its end writable again wakes the stack).
+                self.listeners[i].stack_waiting = true;
                 k += 1;
                 continue;
             }
@@ -673,7 +748,7 @@ impl State {
             self.listeners[i].ready[k].handle = fresh;
             self.connections.push(Connection {
                 handle: h,
-                app: ours,
+                app: self.watcher.watch(ours),
                 // The listener's port stays taken while it listens.
                 local_port: 0,
                 waiting: None,
@@ -710,9 +785,9 @@ impl State {
         let handle = self.sockets.add(socket);
         self.connections.push(Connection {
             handle,
-            app,
+            app: self.watcher.watch(app),
             local_port,
-            waiting: Some((control, Instant::now() + CONNECT_TIMEOUT)),
+            waiting: Some((self.watcher.watch(control), Instant::now() + CONNECT_TIMEOUT)),
             app_done_writing: false,
             told_app_eof: false,
             unfill,
@@ -742,7 +817,7 @@ impl State {
         });
         self.flows.push(Flow {
             handle: self.sockets.add(socket),
-            app,
+            app: self.watcher.watch(app),
             local_port,
             remote: Some(datagram::Remote::Tunnel(IpEndpoint::new(
                 IpAddress::from(to.ip()),
@@ -793,7 +868,7 @@ impl State {
         rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut marker);
         self.flows.push(Flow {
             handle: self.sockets.add(socket),
-            app,
+            app: self.watcher.watch(app),
             local_port: local.port(),
             remote: None,
             takes: match local.ip() {
@@ -801,7 +876,7 @@ impl State {
                 IpAddr::V6(_) if v6_only || !wildcard => datagram::Families::V6,
                 IpAddr::V6(_) => datagram::Families::Both,
             },
-            host,
+            host: host.map(|h| self.watcher.watch(h)),
             marker: Some(marker),
             mtu: self.link.mtu,
         });
@@ -1008,8 +1083,8 @@ fn relay_one(c: &mut Connection, s: &mut tcp::Socket) -> bool {
 /// A TCP socket of the stack, as every connection has it.
 fn new_tcp_socket() -> tcp::Socket<'static> {
     let mut socket = tcp::Socket::new(
-        tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
-        tcp::SocketBuffer::new(vec![0; TCP_BUFFER]),
+        tcp::SocketBuffer::new(vec![0; RECEIVE_BUFFER]),
+        tcp::SocketBuffer::new(vec![0; SEND_BUFFER]),
     );
     socket.set_congestion_control(tcp::CongestionControl::Cubic);
     socket.set_tsval_generator(Some(tsval));
