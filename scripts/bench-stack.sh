@@ -20,6 +20,11 @@
 # each TCP recovers). The request/response client and server are python3's, the same
 # through both paths. stream and loss also run the TUN path with the kernel's TCP on CUBIC
 # (tun-cubic), the stack's algorithm, beside the kernel's default (tun).
+#
+# CPUS_A=0 CPUS_B=1 (taskset lists) confine each host's processes (daemons, `ordo run`,
+# clients, servers) to those CPUs: two hosts of their own instead of two sharing the
+# machine's CPUs, where each run's peer lands on a queue whose CPU the other host's may be
+# busy on, and the placement takes a few seconds to part them.
 set -euo pipefail
 source "$(dirname "$0")/../tests/interop/lib.sh"
 DURATION=${1:-5}
@@ -28,6 +33,10 @@ KIND=${3:-stream}
 LOSS_PERMILLE=${LOSS_PERMILLE:-10}
 IN_STACK=10.99.0.3
 WORK=$(mktemp -d /tmp/ordo-bench-stack.XXXXXX)
+PIN_A=()
+PIN_B=()
+[[ -n ${CPUS_A:-} ]] && PIN_A=(taskset -c "$CPUS_A")
+[[ -n ${CPUS_B:-} ]] && PIN_B=(taskset -c "$CPUS_B")
 trap 'teardown; rm -rf "$WORK"' EXIT
 
 # busy total: the machine's busy and total CPU ticks so far.
@@ -50,9 +59,9 @@ Endpoint = $OUT_B:$PORT_B
 AllowedIPs = $IN_B/32
 EOF
     chmod 600 "$CONF"
-    ip netns exec "$NS_B" iperf3 -s -B "$IN_B" -p 5201 >/dev/null 2>&1 &
+    ip netns exec "$NS_B" "${PIN_B[@]}" iperf3 -s -B "$IN_B" -p 5201 >/dev/null 2>&1 &
     # An echo server for rr and connect: a thread per connection, each byte back.
-    ip netns exec "$NS_B" python3 -c "
+    ip netns exec "$NS_B" "${PIN_B[@]}" python3 -c "
 import socket, socketserver
 class Echo(socketserver.BaseRequestHandler):
     def handle(self):
@@ -122,7 +131,7 @@ run_python() {
     [[ $path == stack ]] && cmd=("$ORDO" run -c "$CONF" -- "${cmd[@]}")
     d0=$(daemon_ticks)
     read -r m0 _ < <(machine_ticks)
-    ip netns exec "$NS_A" bash -c '"${@:2}" >"$1"; times >"$1.times"' _ "$OUT" "${cmd[@]}"
+    ip netns exec "$NS_A" "${PIN_A[@]}" bash -c '"${@:2}" >"$1"; times >"$1.times"' _ "$OUT" "${cmd[@]}"
     read -r m1 _ < <(machine_ticks)
     d1=$(daemon_ticks)
     python3 - "$OUT" "$d0" "$d1" "$m0" "$m1" "$(getconf CLK_TCK)" <<'EOF'
@@ -143,7 +152,7 @@ run_fairness() {
     local path=$1 cmd
     cmd=(iperf3 -c "$IN_B" -p 5201 -t "$DURATION" -P 100 -R -J)
     [[ $path == stack ]] && cmd=("$ORDO" run -c "$CONF" -- "${cmd[@]}")
-    ip netns exec "$NS_A" "${cmd[@]}" >"$OUT"
+    ip netns exec "$NS_A" "${PIN_A[@]}" "${cmd[@]}" >"$OUT"
     python3 - "$OUT" "$DURATION" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -166,7 +175,7 @@ run() {
     [[ $path == stack ]] && cmd=("$ORDO" run -c "$CONF" -- "${cmd[@]}")
     d0=$(daemon_ticks)
     read -r m0 t0 < <(machine_ticks)
-    ip netns exec "$NS_A" bash -c '"${@:2}" >"$1"; times >"$1.times"' _ "$OUT" "${cmd[@]}"
+    ip netns exec "$NS_A" "${PIN_A[@]}" bash -c '"${@:2}" >"$1"; times >"$1.times"' _ "$OUT" "${cmd[@]}"
     read -r m1 t1 < <(machine_ticks)
     d1=$(daemon_ticks)
     python3 - "$OUT" "$DURATION" "$d0" "$d1" "$m0" "$m1" "$(getconf CLK_TCK)" <<'EOF'

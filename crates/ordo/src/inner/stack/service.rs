@@ -27,6 +27,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -63,6 +64,9 @@ pub struct Stack {
     ended: Condvar,
     /// Rung to have the stack take a turn (a linger begins).
     wake: WakeUp,
+    /// Whether `wake` was rung since a turn last cleared it: so that a turn reads it only
+    /// then, not at every turn.
+    rung: AtomicBool,
 }
 
 /// What a turn works on: the stack (None before the service starts and after it ends), and
@@ -92,12 +96,20 @@ impl Stack {
             }),
             ended: Condvar::new(),
             wake,
+            rung: AtomicBool::new(false),
         })
     }
 
     /// The descriptor that is readable when the stack has something to do.
     pub fn wait_fd(&self) -> RawFd {
         self.wait_fd
+    }
+
+    fn ring(&self) {
+        // The flag after the ring: a turn that sees the flag finds the ring to clear (the
+        // other order could leave a ring no turn clears, and the set readable for ever).
+        self.wake.ring();
+        self.rung.store(true, Ordering::SeqCst);
     }
 
     fn running(&self) -> MutexGuard<'_, Running> {
@@ -109,7 +121,9 @@ impl Stack {
     /// readiness set to what it waits for next. Without a service, what the plane delivers
     /// is dropped: nothing would take it.
     pub fn turn(&self) {
-        self.wake.clear();
+        if self.rung.swap(false, Ordering::SeqCst) {
+            self.wake.clear();
+        }
         let mut running = self.running();
         let Running {
             readiness,
@@ -156,7 +170,7 @@ impl Service {
             let state = State::new(stack.wires.clone(), settings, listener, watcher);
             running.state = Some(state);
         }
-        stack.wake.ring();
+        stack.ring();
         Ok(Service { stack })
     }
 
@@ -168,7 +182,7 @@ impl Service {
     pub fn linger(self) {
         let mut running = self.stack.running();
         running.linger_until = Some(Instant::now() + LINGER);
-        self.stack.wake.ring();
+        self.stack.ring();
         // A little longer than the linger itself, should the plane have stopped.
         let until = Instant::now() + LINGER + Duration::from_secs(1);
         while running.state.is_some() {
