@@ -482,8 +482,9 @@ for family, server in [(socket.AF_INET, ('$IN_B', 9999)), (socket.AF_INET6, ('$I
 
 # Unconnected UDP through the stack, IPv4 and IPv6: a socket bound to nothing sends to the
 # far end's echo server with sendto and sendmsg and receives with recvfrom, recvmsg, recv and
-# read (os.read), each reply's source being the server and its payload byte for byte; its
-# name is the stack's (a port, any address). A UDP server bound to the tunnel address under
+# read (os.read), each reply's source being the server and its payload byte for byte, FIONREAD
+# counting the payload, copies made by dup receiving as the original; its name is the
+# stack's (a port, any address). A UDP server bound to the tunnel address under
 # `ordo run` answers datagrams from the far end (recvfrom, sendto each back), which sees
 # the replies come from that address; a socket bound to the tunnel address and then
 # connected sends and receives with send and recv, and names its peer. A server bound to ::
@@ -518,7 +519,7 @@ for _ in range(4):
     w.sendto(data + b' from ' + peer[0].encode(), peer)
 EOF
     cat >"$WORK/client.py" <<EOF
-import errno, os, select, socket
+import array, ctypes, errno, fcntl, os, select, socket, termios
 for family, server in [(socket.AF_INET, ('$IN_B', 9999)), (socket.AF_INET6, ('$IN6_B', 9996))]:
     s = socket.socket(family, socket.SOCK_DGRAM)
     s.settimeout(10)
@@ -542,6 +543,23 @@ for family, server in [(socket.AF_INET, ('$IN_B', 9999)), (socket.AF_INET6, ('$I
         assert back == data, f'datagram {i} of {size} bytes differs: {len(back)}'
         assert source[:2] == server, f'from {source}'
         ok += 1
+    # FIONREAD counts the next datagram's payload, as the kernel's UDP does; a copy made by
+    # dup (python's dup: fcntl F_DUPFD_CLOEXEC; and the C library's dup) receives as the
+    # original, without the service's headers.
+    s.sendto(b'0123456789', server)
+    assert select.select([s], [], [], 10)[0], 'nothing to read'
+    waiting = array.array('i', [0])
+    fcntl.ioctl(s.fileno(), termios.FIONREAD, waiting)
+    assert waiting[0] == 10, f'FIONREAD {waiting[0]}'
+    copy = s.dup()
+    back, source = copy.recvfrom(100)
+    assert (back, source[:2]) == (b'0123456789', server), (back, source)
+    copy.close()
+    s.sendto(b'abc', server)
+    assert select.select([s], [], [], 10)[0], 'nothing to read'
+    copy = ctypes.CDLL(None, use_errno=True).dup(s.fileno())
+    assert copy >= 0 and os.read(copy, 100) == b'abc'
+    os.close(copy)
     name = s.getsockname()
     assert name[1] != 0 and name[0] in ('0.0.0.0', '::'), name
     try:

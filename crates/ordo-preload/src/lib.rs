@@ -150,7 +150,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         Err(e) => return fail(e),
     };
     // SAFETY: fcntl on the program's descriptor, reading flags only.
-    let status = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    let status = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
     let nonblocking = status >= 0 && status & libc::O_NONBLOCK != 0;
     // Every connect is made as a non-blocking one (see `fill`); a blocking connect then waits
     // for the answer, where a signal may interrupt it as it interrupts the kernel's.
@@ -175,7 +175,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
         None
     } else {
         // SAFETY: F_DUPFD_CLOEXEC duplicates the program's descriptor; the copy is ours.
-        let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        let copy = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
         // SAFETY: a descriptor fcntl just made, owned by nobody else.
         (copy >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(copy) })
     };
@@ -209,14 +209,14 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
             // Refused, unreachable, timed out: the program's socket back in place, unconnected.
             if let Some(original) = original {
                 // SAFETY: fcntl reading the stand-in's descriptor flags.
-                let fd_flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+                let fd_flags = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
                 let cloexec = if fd_flags >= 0 && fd_flags & libc::FD_CLOEXEC != 0 {
                     libc::O_CLOEXEC
                 } else {
                     0
                 };
                 // SAFETY: both are open descriptors; dup3 atomically replaces `fd`'s file.
-                if unsafe { libc::dup3(original.as_raw_fd(), fd, cloexec) } >= 0 {
+                if unsafe { real::dup3(original.as_raw_fd(), fd, cloexec) } >= 0 {
                     sockets::forget(inode);
                     if let Some(old) = old_inode {
                         epoll::carry_over(fd, inode, old);
@@ -293,7 +293,7 @@ fn stand_in_from_service(
     // The program's O_NONBLOCK, read before the service may change it on the socket passed
     // to it (which shares the program's open file until the swap).
     // SAFETY: fcntl on the program's descriptor, reading flags only.
-    let status = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    let status = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
     let pass = [theirs.as_raw_fd(), fd];
     let pass = if with_fd { &pass[..] } else { &pass[..1] };
     let reply = match attach::ask(&s.socket, request, pass) {
@@ -316,7 +316,7 @@ fn stand_in_from_service(
 /// `fd` was not replaced.
 fn swap_in(fd: c_int, stand_in: std::os::fd::OwnedFd, status: c_int) -> Result<Option<u64>, ()> {
     // SAFETY: fcntl on the program's descriptor, reading flags only.
-    let fd_flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    let fd_flags = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
     let cloexec = if fd_flags >= 0 && fd_flags & libc::FD_CLOEXEC != 0 {
         libc::O_CLOEXEC
     } else {
@@ -325,7 +325,7 @@ fn swap_in(fd: c_int, stand_in: std::os::fd::OwnedFd, status: c_int) -> Result<O
     let old_inode = sockets::socket_inode(fd);
     let raw = stand_in.into_raw_fd();
     // SAFETY: both are open descriptors; dup3 atomically replaces `fd`'s file.
-    let r = unsafe { libc::dup3(raw, fd, cloexec) };
+    let r = unsafe { real::dup3(raw, fd, cloexec) };
     // SAFETY: `raw` is ours (into_raw_fd above) and no longer needed.
     unsafe { libc::close(raw) };
     if r < 0 {
@@ -333,7 +333,7 @@ fn swap_in(fd: c_int, stand_in: std::os::fd::OwnedFd, status: c_int) -> Result<O
     }
     if status >= 0 && status & libc::O_NONBLOCK != 0 {
         // SAFETY: setting a status flag on the descriptor we just put in place.
-        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) };
+        unsafe { real::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK as libc::c_ulong) };
     }
     let inode = sockets::socket_inode(fd);
     if let (Some(old), Some(new)) = (old_inode, inode) {
@@ -1121,6 +1121,99 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut libc::c_void, len: libc::size
     unsafe { real::read(fd, buf, len) }
 }
 
+/// A descriptor copied from `fd` (the result of a dup, `copy`) is marked as `fd` is: the
+/// receive hooks take the headers off an unconnected tunnel UDP socket's copies too.
+fn copied(fd: c_int, copy: c_int) {
+    if copy >= 0 && sockets::maybe_addressed(fd) {
+        sockets::mark_addressed(copy);
+    }
+}
+
+/// dup(2), as the C library's, the copy marked as the original ([`copied`]).
+///
+/// # Safety
+/// As dup(2).
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: the caller's arguments, unchanged.
+    let copy = unsafe { real::dup(fd) };
+    copied(fd, copy);
+    copy
+}
+
+/// dup2(2), as [`dup`].
+///
+/// # Safety
+/// As dup2(2).
+#[no_mangle]
+pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
+    // SAFETY: the caller's arguments, unchanged.
+    let copy = unsafe { real::dup2(fd, to) };
+    copied(fd, copy);
+    copy
+}
+
+/// dup3(2), as [`dup`].
+///
+/// # Safety
+/// As dup3(2).
+#[no_mangle]
+pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
+    // SAFETY: the caller's arguments, unchanged.
+    let copy = unsafe { real::dup3(fd, to, flags) };
+    copied(fd, copy);
+    copy
+}
+
+/// fcntl(2), as the C library's; F_DUPFD and F_DUPFD_CLOEXEC as [`dup`]. The C declaration
+/// is variadic; its one optional argument arrives as the third (an int or a pointer, in a
+/// register of its own either way on the ABIs this library is built for).
+///
+/// # Safety
+/// As fcntl(2).
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
+    // SAFETY: the caller's arguments, unchanged.
+    let r = unsafe { real::fcntl(fd, cmd, arg) };
+    if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
+        copied(fd, r);
+    }
+    r
+}
+
+/// fcntl64: what programs built with 64-bit file offsets call for fcntl (glibc's headers
+/// rename it), as [`fcntl`].
+///
+/// # Safety
+/// As fcntl(2).
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
+    // SAFETY: the caller's arguments, unchanged.
+    let r = unsafe { real::fcntl64(fd, cmd, arg) };
+    if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
+        copied(fd, r);
+    }
+    r
+}
+
+/// ioctl(2), as the C library's; FIONREAD on an unconnected tunnel UDP socket counts the next
+/// datagram's payload, as the kernel's UDP does, not the source the service's record starts
+/// with. Variadic in C, as [`fcntl`].
+///
+/// # Safety
+/// As ioctl(2).
+#[no_mangle]
+pub unsafe extern "C" fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut libc::c_void) -> c_int {
+    // SAFETY: the caller's arguments, unchanged.
+    let r = unsafe { real::ioctl(fd, request, arg) };
+    if r == 0 && request == libc::FIONREAD as libc::c_ulong && !arg.is_null() && datagram::addressed(fd).is_some() {
+        let n = arg.cast::<c_int>();
+        // SAFETY: FIONREAD's argument is an int the call just wrote.
+        unsafe { *n = (*n - ordo_attach::SOURCE_LEN as c_int).max(0) };
+    }
+    r
+}
+
 /// The tunnel address a not yet listening socket was bound to, and its family.
 fn bound_socket(fd: c_int) -> Option<(std::net::SocketAddr, c_int)> {
     settings()?;
@@ -1326,7 +1419,7 @@ unsafe fn accept_from_stack(
     let cfd = conn.into_raw_fd();
     if flags & libc::SOCK_NONBLOCK != 0 {
         // SAFETY: a status flag on the descriptor we just received.
-        unsafe { libc::fcntl(cfd, libc::F_SETFL, libc::O_NONBLOCK) };
+        unsafe { real::fcntl(cfd, libc::F_SETFL, libc::O_NONBLOCK as libc::c_ulong) };
     }
     if !address.is_null() && !len.is_null() {
         // SAFETY: the caller's buffer and length.

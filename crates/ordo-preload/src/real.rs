@@ -63,6 +63,12 @@ static EXECVPE: Real = Real::new(b"execvpe\0");
 static POSIX_SPAWN: Real = Real::new(b"posix_spawn\0");
 static POSIX_SPAWNP: Real = Real::new(b"posix_spawnp\0");
 static RECV: Real = Real::new(b"recv\0");
+static DUP: Real = Real::new(b"dup\0");
+static DUP2: Real = Real::new(b"dup2\0");
+static DUP3: Real = Real::new(b"dup3\0");
+static FCNTL: Real = Real::new(b"fcntl\0");
+static FCNTL64: Real = Real::new(b"fcntl64\0");
+static IOCTL: Real = Real::new(b"ioctl\0");
 
 type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
 type NameFn = unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
@@ -108,6 +114,13 @@ type GetAddrInfoFn = unsafe extern "C" fn(
 ) -> c_int;
 type EpollCtlFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int;
 type GetOptFn = unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
+type DupFn = unsafe extern "C" fn(c_int) -> c_int;
+type Dup2Fn = unsafe extern "C" fn(c_int, c_int) -> c_int;
+type Dup3Fn = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
+/// fcntl(2) and ioctl(2) are variadic: called with their one optional argument, which every
+/// command passes in a register of its own whatever its type (an int or a pointer).
+type FcntlFn = unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
+type IoctlFn = unsafe extern "C" fn(c_int, libc::c_ulong, ...) -> c_int;
 
 /// The C library's connect.
 ///
@@ -421,4 +434,72 @@ pub unsafe fn posix_spawn(
     let f: SpawnFn = unsafe { std::mem::transmute::<usize, SpawnFn>(real.get()) };
     // SAFETY: the caller's contract is posix_spawn(3)'s.
     unsafe { f(pid, path, actions, attr, argv, envp) }
+}
+
+/// The C library's dup.
+///
+/// # Safety
+/// As dup(2).
+pub unsafe fn dup(fd: c_int) -> c_int {
+    // SAFETY: the address is the C library's `dup`, whose type this is.
+    let f: DupFn = unsafe { std::mem::transmute::<usize, DupFn>(DUP.get()) };
+    // SAFETY: the caller's contract is dup(2)'s.
+    unsafe { f(fd) }
+}
+
+/// The C library's dup2.
+///
+/// # Safety
+/// As dup2(2).
+pub unsafe fn dup2(fd: c_int, to: c_int) -> c_int {
+    // SAFETY: the address is the C library's `dup2`, whose type this is.
+    let f: Dup2Fn = unsafe { std::mem::transmute::<usize, Dup2Fn>(DUP2.get()) };
+    // SAFETY: the caller's contract is dup2(2)'s.
+    unsafe { f(fd, to) }
+}
+
+/// The C library's dup3.
+///
+/// # Safety
+/// As dup3(2).
+pub unsafe fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
+    // SAFETY: the address is the C library's `dup3`, whose type this is.
+    let f: Dup3Fn = unsafe { std::mem::transmute::<usize, Dup3Fn>(DUP3.get()) };
+    // SAFETY: the caller's contract is dup3(2)'s.
+    unsafe { f(fd, to, flags) }
+}
+
+/// The C library's fcntl, with the command's argument (an int, or a pointer as an integer;
+/// ignored by the commands that take none).
+///
+/// # Safety
+/// As fcntl(2): `arg` is what `cmd` takes.
+pub unsafe fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
+    // SAFETY: the address is the C library's `fcntl`, whose type this is.
+    let f: FcntlFn = unsafe { std::mem::transmute::<usize, FcntlFn>(FCNTL.get()) };
+    // SAFETY: the caller's contract is fcntl(2)'s.
+    unsafe { f(fd, cmd, arg) }
+}
+
+/// The C library's ioctl, with the request's argument.
+///
+/// # Safety
+/// As ioctl(2): `arg` is what `request` takes.
+pub unsafe fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut c_void) -> c_int {
+    // SAFETY: the address is the C library's `ioctl`, whose type this is.
+    let f: IoctlFn = unsafe { std::mem::transmute::<usize, IoctlFn>(IOCTL.get()) };
+    // SAFETY: the caller's contract is ioctl(2)'s.
+    unsafe { f(fd, request, arg) }
+}
+
+/// The C library's fcntl64 (glibc's name for fcntl in programs built with 64-bit file
+/// offsets: the headers call it instead), as [`fcntl`].
+///
+/// # Safety
+/// As fcntl(2): `arg` is what `cmd` takes.
+pub unsafe fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
+    // SAFETY: the address is the C library's `fcntl64`, whose type is fcntl's.
+    let f: FcntlFn = unsafe { std::mem::transmute::<usize, FcntlFn>(FCNTL64.get()) };
+    // SAFETY: the caller's contract is fcntl(2)'s.
+    unsafe { f(fd, cmd, arg) }
 }

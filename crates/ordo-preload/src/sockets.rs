@@ -128,7 +128,7 @@ const NUMBERED: usize = 1024;
 /// place; a number closed and reused keeps its bit, and the look-up by inode says no): read
 /// and recv, which every program calls on every kind of file, look a descriptor up only if
 /// its bit is set, so that they cost programs without such sockets nothing. A copy made by
-/// dup is not marked (its reads see the headers); higher numbers are always looked up
+/// dup, dup2, dup3 or fcntl is marked by those hooks; higher numbers are always looked up
 /// while any such socket exists.
 static ADDRESSED: [AtomicU64; NUMBERED / 64] = [const { AtomicU64::new(0) }; NUMBERED / 64];
 static ANY_ADDRESSED: AtomicUsize = AtomicUsize::new(0);
