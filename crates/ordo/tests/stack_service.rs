@@ -538,3 +538,84 @@ fn a_wildcard_udp_socket_relays_the_kernel_s_datagrams_too() {
     let (n, from) = client.recv_from(&mut got).unwrap();
     assert_eq!((&got[..n], from.port()), (&b"back"[..], port));
 }
+
+/// The window scale a SYN offers (RFC 7323's option), if any.
+fn window_scale(tcp: &[u8]) -> Option<u8> {
+    let options = &tcp[20..usize::from(tcp[12] >> 4) * 4];
+    let mut i = 0;
+    while i < options.len() {
+        match options[i] {
+            0 => return None,
+            1 => i += 1,
+            3 => return options.get(i + 2).copied(),
+            _ => i += usize::from(*options.get(i + 1)?).max(2),
+        }
+    }
+    None
+}
+
+#[test]
+fn only_so_many_sockets_get_the_large_receive_buffer() {
+    use ordo::inner::stack::service::LARGE_RECEIVE_BUFFERS;
+    let r = start();
+    let count = LARGE_RECEIVE_BUFFERS + 4;
+    // Connects nobody answers, each kept open (its program's end and its request).
+    let mut held = Vec::new();
+    let mut scales = std::collections::HashMap::new();
+    for _ in 0..count {
+        let (mine, theirs) = pair();
+        let c = UnixStream::connect(&r.socket).unwrap();
+        let fds = [theirs.as_raw_fd()];
+        let request = connect_request("10.99.0.2:80");
+        sendmsg::<()>(
+            c.as_raw_fd(),
+            &[IoSlice::new(&request)],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+        held.push((mine, c));
+        // One SYN per connect, told apart by its port (a retransmission repeats one).
+        while scales.len() < held.len() {
+            let syn = next_packet(&r, Duration::from_secs(5)).expect("a SYN towards the plane");
+            let tcp = &syn[usize::from(syn[0] & 0xf) * 4..];
+            let port = u16::from_be_bytes([tcp[0], tcp[1]]);
+            scales.entry(port).or_insert(window_scale(tcp).expect("a window scale"));
+        }
+    }
+    let large = *scales.values().max().unwrap();
+    let with_large = scales.values().filter(|&&s| s == large).count();
+    assert_eq!(with_large, LARGE_RECEIVE_BUFFERS, "window scales offered: {scales:?}");
+    assert!(scales.values().all(|&s| s == large || s + 3 == large), "{scales:?}");
+    // Programs that give up their connects give the large buffers back: a new connect has
+    // one again.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_mine, theirs) = pair();
+        let c = UnixStream::connect(&r.socket).unwrap();
+        let fds = [theirs.as_raw_fd()];
+        sendmsg::<()>(
+            c.as_raw_fd(),
+            &[IoSlice::new(&connect_request("10.99.0.2:80"))],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+        let syn = loop {
+            let p = next_packet(&r, Duration::from_secs(5)).expect("a SYN towards the plane");
+            let tcp = &p[usize::from(p[0] & 0xf) * 4..];
+            if tcp[13] & 0x12 == 0x02 && !scales.contains_key(&u16::from_be_bytes([tcp[0], tcp[1]])) {
+                break p;
+            }
+        };
+        let tcp = &syn[usize::from(syn[0] & 0xf) * 4..];
+        if window_scale(tcp) == Some(large) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no large buffer came back");
+        scales.insert(u16::from_be_bytes([tcp[0], tcp[1]]), 0);
+    }
+}

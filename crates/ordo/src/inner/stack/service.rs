@@ -36,8 +36,13 @@ use std::time::{Duration, Instant};
 /// flight at full speed (its queues included): 1 MB held one flow back on this machine's
 /// veth receiving, not sending (scripts/bench-stack.sh). The kernel grows a socket's buffers
 /// up to 6 MB receiving and 4 MB sending (tcp_rmem, tcp_wmem). The memory is touched only as
-/// data passes through, and [`MAX_CONNECTIONS`] bounds the whole.
+/// data passes through; a peer can fill a receive buffer whose application does not read, so
+/// only [`LARGE_RECEIVE_BUFFERS`] sockets at once have the large one, the others
+/// [`SMALL_RECEIVE_BUFFER`] (many connections at once share the bandwidth: each needs less),
+/// and the whole is bounded by [`MAX_CONNECTIONS`].
 const RECEIVE_BUFFER: usize = 4 * 1024 * 1024;
+const SMALL_RECEIVE_BUFFER: usize = 512 * 1024;
+pub const LARGE_RECEIVE_BUFFERS: usize = 128;
 const SEND_BUFFER: usize = 1024 * 1024;
 /// How long a new connection may take to be established (Linux gives up after about 127 s
 /// of SYN retransmissions by default; applications usually time out sooner themselves).
@@ -46,7 +51,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// Requests being read at once; more wait in the listen backlog.
 const MAX_PENDING_REQUESTS: usize = 64;
-/// Connections at once (at most [`RECEIVE_BUFFER`] + [`SEND_BUFFER`] each); a request beyond is refused with
+/// Connections at once (at most [`RECEIVE_BUFFER`] + [`SEND_BUFFER`] each, most of them
+/// [`SMALL_RECEIVE_BUFFER`] + [`SEND_BUFFER`]); a request beyond is refused with
 /// EMFILE. A UDP socket's connect counts the UDP sockets too.
 const MAX_CONNECTIONS: usize = 1024;
 /// Local ports of connections (the kernel's default ephemeral range is 32768-60999; the
@@ -318,6 +324,8 @@ struct State {
     /// ports (a DNS server binds 53 in both).
     ports_in_use: HashSet<u16>,
     udp_ports_in_use: HashSet<u16>,
+    /// Sockets with the large receive buffer ([`LARGE_RECEIVE_BUFFERS`] at most).
+    large_receive_buffers: usize,
     next_port: u16,
     addresses: Vec<IpAddr>,
     started: Instant,
@@ -379,6 +387,7 @@ impl State {
             closing: Vec::new(),
             ports_in_use: HashSet::new(),
             udp_ports_in_use: HashSet::new(),
+            large_receive_buffers: 0,
             next_port,
             addresses,
             started,
@@ -404,8 +413,8 @@ impl State {
         self.relay_datagrams();
         let now = self.now();
         self.iface.poll(now, &mut self.link, &mut self.sockets);
-        for h in self.closing.drain(..) {
-            self.sockets.remove(h);
+        for h in std::mem::take(&mut self.closing) {
+            self.remove_tcp(h);
         }
         self.want();
         self.deadline()
@@ -678,7 +687,7 @@ impl State {
     }
 
     fn listening_socket(&mut self, addr: IpAddr, port: u16) -> SocketHandle {
-        let mut socket = new_tcp_socket();
+        let mut socket = self.new_tcp_socket();
         // Listening on an address of ours and a port of ours cannot fail.
         let _ = socket.listen(IpEndpoint::new(IpAddress::from(addr), port));
         self.sockets.add(socket)
@@ -697,7 +706,7 @@ impl State {
                     // the stack's next poll, before which nothing reuses the handle.
                     let s = self.sockets.get_mut::<tcp::Socket>(r.handle);
                     if s.state() == tcp::State::Listen {
-                        self.sockets.remove(r.handle);
+                        self.remove_tcp(r.handle);
                     } else {
                         s.abort();
                         self.closing.push(r.handle);
@@ -790,7 +799,7 @@ impl State {
         }
         set_nonblocking(app.as_raw_fd()).map_err(|e| errno_of(&e))?;
         let local_port = self.take_port().ok_or(libc::EADDRNOTAVAIL)?;
-        let mut socket = new_tcp_socket();
+        let mut socket = self.new_tcp_socket();
         let remote = IpEndpoint::new(IpAddress::from(to.ip()), to.port());
         if socket.connect(self.iface.context(), remote, local_port).is_err() {
             self.ports_in_use.remove(&local_port);
@@ -985,8 +994,29 @@ impl State {
 
     fn end(&mut self, i: usize) {
         let c = self.connections.swap_remove(i);
-        self.sockets.remove(c.handle);
+        self.remove_tcp(c.handle);
         self.ports_in_use.remove(&c.local_port);
+    }
+
+    /// A TCP socket for a connection or a listener: the large receive buffer while fewer
+    /// than [`LARGE_RECEIVE_BUFFERS`] sockets have it.
+    fn new_tcp_socket(&mut self) -> tcp::Socket<'static> {
+        let receive = if self.large_receive_buffers < LARGE_RECEIVE_BUFFERS {
+            self.large_receive_buffers += 1;
+            RECEIVE_BUFFER
+        } else {
+            SMALL_RECEIVE_BUFFER
+        };
+        new_tcp_socket(receive)
+    }
+
+    /// Removes a TCP socket, giving back its large receive buffer if it had one.
+    fn remove_tcp(&mut self, h: SocketHandle) {
+        if let smoltcp::socket::Socket::Tcp(s) = self.sockets.remove(h) {
+            if s.recv_capacity() == RECEIVE_BUFFER {
+                self.large_receive_buffers -= 1;
+            }
+        }
     }
 }
 
@@ -1094,10 +1124,11 @@ fn relay_one(c: &mut Connection, s: &mut tcp::Socket) -> bool {
     !over
 }
 
-/// A TCP socket of the stack, as every connection has it.
-fn new_tcp_socket() -> tcp::Socket<'static> {
+/// A TCP socket of the stack, as every connection has it, with a receive buffer of
+/// `receive` bytes.
+fn new_tcp_socket(receive: usize) -> tcp::Socket<'static> {
     let mut socket = tcp::Socket::new(
-        tcp::SocketBuffer::new(vec![0; RECEIVE_BUFFER]),
+        tcp::SocketBuffer::new(vec![0; receive]),
         tcp::SocketBuffer::new(vec![0; SEND_BUFFER]),
     );
     socket.set_congestion_control(tcp::CongestionControl::Cubic);
