@@ -213,21 +213,11 @@ fn parse_entry(e: &str) -> Option<TunnelSocket> {
     })
 }
 
-/// This process's open descriptors that are sockets, with their inodes.
-pub fn held_sockets() -> Vec<(i32, u64)> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|fd| Some((fd, crate::sockets::socket_inode(fd)?)))
-        .collect()
-}
-
 /// Reads the table an earlier image left ([`ENV`]) into this one's: the entries whose
 /// sockets this process still holds.
 pub fn import() {
     let Ok(text) = std::env::var(ENV) else { return };
-    for (entry, fds) in parse(&text, &held_sockets()) {
+    for (entry, fds) in parse(&text, &crate::sockets::held_sockets().unwrap_or_default()) {
         crate::sockets::remember(entry);
         if entry.marker.is_some() {
             for fd in fds {

@@ -2,6 +2,7 @@
 //! for each. Keyed by inode, not by descriptor number: a dup'ed or inherited descriptor is the
 //! same socket, and a closed number reused for another file is not (no hook on close needed).
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -9,6 +10,13 @@ use std::sync::Mutex;
 /// Sockets remembered; the oldest is forgotten beyond (only its names are lost: reads and
 /// writes go through the kernel descriptor whatever the table says).
 const MAX: usize = 4096;
+/// The table is pruned of sockets the process no longer holds (there is no hook on close)
+/// when it reaches this length, and again each time it doubles since: a program that opens
+/// and closes connections for ever keeps a table of about what it holds, each look-up (a
+/// scan) short, and pays for a prune (a look at each of its descriptors) rarely.
+const PRUNE_FROM: usize = 64;
+/// The table's length after its last prune.
+static PRUNED_TO: AtomicUsize = AtomicUsize::new(0);
 
 #[derive(Clone, Copy)]
 pub struct TunnelSocket {
@@ -156,6 +164,10 @@ pub fn maybe_addressed(fd: i32) -> bool {
 }
 
 pub fn remember(s: TunnelSocket) {
+    let len = TABLE.lock().unwrap_or_else(|p| p.into_inner()).len();
+    if len >= PRUNE_FROM.max(2 * PRUNED_TO.load(Ordering::Relaxed)) {
+        prune();
+    }
     let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
     counted(&mut t, |t| {
         t.retain(|e| e.inode != s.inode);
@@ -167,6 +179,44 @@ pub fn remember(s: TunnelSocket) {
         }
         t.push(s);
     });
+}
+
+/// Forgets the sockets the process no longer holds. Only entries already in the table
+/// before the process's descriptors are looked at can go: one remembered meanwhile (by
+/// another thread) is kept, held or not.
+fn prune() {
+    let before: HashSet<u64> = {
+        let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+        t.iter().map(|e| e.inode).collect()
+    };
+    // Without /proc, nothing is known to be closed.
+    let Some(held) = held_sockets() else { return };
+    let held: HashSet<u64> = held.into_iter().map(|(_, inode)| inode).collect();
+    let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    counted(&mut t, |t| retain_held(t, &before, &held));
+    PRUNED_TO.store(t.len(), Ordering::Relaxed);
+}
+
+/// Keeps the entries of `t` whose sockets are `held`, and those not in `before`.
+fn retain_held(t: &mut Vec<TunnelSocket>, before: &HashSet<u64>, held: &HashSet<u64>) {
+    t.retain(|e| {
+        let keep = held.contains(&e.inode) || !before.contains(&e.inode);
+        if let (false, Some(control)) = (keep, e.pending) {
+            // SAFETY: the table owned this descriptor; it is forgotten with its entry.
+            unsafe { libc::close(control) };
+        }
+        keep
+    })
+}
+
+/// This process's open descriptors that are sockets, with their inodes; None if they cannot
+/// be listed (no /proc).
+pub fn held_sockets() -> Option<Vec<(i32, u64)>> {
+    let dir = std::fs::read_dir("/proc/self/fd").ok()?;
+    let fds: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .collect();
+    Some(fds.into_iter().filter_map(|fd| Some((fd, socket_inode(fd)?))).collect())
 }
 
 /// Forgets the socket of `inode` (the library's own, closed).
@@ -199,4 +249,36 @@ pub fn update<R>(inode: u64, f: impl FnOnce(&mut TunnelSocket) -> R) -> Option<R
 pub fn pending() -> Vec<TunnelSocket> {
     let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
     t.iter().filter(|e| e.pending.is_some()).copied().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn a_prune_keeps_what_is_held_and_what_came_meanwhile() {
+        let (a, _a) = UnixStream::pair().unwrap();
+        let (b, _b) = UnixStream::pair().unwrap();
+        let (ia, ib) = (
+            socket_inode(a.as_raw_fd()).unwrap(),
+            socket_inode(b.as_raw_fd()).unwrap(),
+        );
+        let held: HashSet<u64> = held_sockets().unwrap().into_iter().map(|(_, i)| i).collect();
+        assert!(
+            held.contains(&ia) && held.contains(&ib),
+            "the process's sockets are listed"
+        );
+        drop(b);
+        let held: HashSet<u64> = held_sockets().unwrap().into_iter().map(|(_, i)| i).collect();
+        assert!(held.contains(&ia) && !held.contains(&ib), "a closed one is not");
+        let entry = |inode| TunnelSocket::new(inode, libc::AF_INET, None, None);
+        // ib closed; 7 was never held but came after the look at the descriptors.
+        let mut t = vec![entry(ia), entry(ib), entry(7)];
+        let before: HashSet<u64> = [ia, ib].into();
+        retain_held(&mut t, &before, &held);
+        let left: Vec<u64> = t.iter().map(|e| e.inode).collect();
+        assert_eq!(left, vec![ia, 7]);
+    }
 }
