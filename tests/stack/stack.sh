@@ -663,7 +663,8 @@ print(back.decode())
 # address. curl by full name and by short name (the search domain), python's getaddrinfo for
 # IPv6 with the canonical name of an alias, a name nobody has (EAI_NONAME), and localhost
 # from the hosts file, still the host's; getnameinfo of the server's addresses (their PTR
-# records), and of one without a name (the number, or EAI_NONAME when a name is required).
+# records), and of one without a name (the number, or EAI_NONAME when a name is required);
+# gethostbyname_r and gethostbyaddr_r (python's gethostbyname_ex and gethostbyaddr) alike.
 t_dns() {
     setup
     sed -i "/^Address/a DNS = $IN_B, ordo.test" "$CONF"
@@ -700,8 +701,17 @@ try:
     print('named')
 except socket.gaierror as e:
     print(e.errno == socket.EAI_NONAME)
+# The older interface (python's gethostbyname_ex: gethostbyname_r; gethostbyaddr:
+# gethostbyaddr_r): the same servers, the same answers.
+print(socket.gethostbyname_ex('web'))
+print(socket.gethostbyaddr('$IN_B'))
+try:
+    socket.gethostbyaddr('10.99.0.77')
+    print('named')
+except OSError as e:
+    print(type(e).__name__)
 ") || fail "the program failed: $got"
-    [[ $got == "$IN6_B web.ordo.test"$'\nTrue\n127.0.0.1\n'"('web.ordo.test', '80') web"$'\n10.99.0.77\nTrue' ]] ||
+    [[ $got == "$IN6_B web.ordo.test"$'\nTrue\n127.0.0.1\n'"('web.ordo.test', '80') web"$'\n10.99.0.77\nTrue\n'"('web.ordo.test', ['web'], ['$IN_B'])"$'\n'"('web.ordo.test', [], ['$IN_B'])"$'\nherror' ]] ||
         fail "got: $got"
     grep "query\[A\] web.ordo.test from $IN_A" "$WORK/dnsmasq.log" >/dev/null \
         || fail "dnsmasq did not see the query come through the tunnel: $(cat "$WORK/dnsmasq.log")"

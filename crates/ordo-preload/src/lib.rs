@@ -25,6 +25,7 @@ mod addr;
 mod attach;
 mod datagram;
 mod epoll;
+mod hostent;
 mod inherit;
 mod real;
 mod resolve;
@@ -1547,7 +1548,7 @@ pub unsafe extern "C" fn getnameinfo(
 
 /// Whether `name` is one for the tunnel's name servers: not numeric, not asked to be, not in
 /// the hosts file.
-fn resolved_by_tunnel(name: &str, hints: Option<&libc::addrinfo>) -> bool {
+pub(crate) fn resolved_by_tunnel(name: &str, hints: Option<&libc::addrinfo>) -> bool {
     let numeric_only = hints.is_some_and(|h| h.ai_flags & libc::AI_NUMERICHOST != 0);
     // Addresses in any form the C library parses (IPv6 with a scope, IPv4 with fewer
     // parts) are numbers: its own business.

@@ -69,6 +69,12 @@ static DUP3: Real = Real::new(b"dup3\0");
 static FCNTL: Real = Real::new(b"fcntl\0");
 static FCNTL64: Real = Real::new(b"fcntl64\0");
 static IOCTL: Real = Real::new(b"ioctl\0");
+static GETHOSTBYNAME: Real = Real::new(b"gethostbyname\0");
+static GETHOSTBYNAME2: Real = Real::new(b"gethostbyname2\0");
+static GETHOSTBYNAME_R: Real = Real::new(b"gethostbyname_r\0");
+static GETHOSTBYNAME2_R: Real = Real::new(b"gethostbyname2_r\0");
+static GETHOSTBYADDR: Real = Real::new(b"gethostbyaddr\0");
+static GETHOSTBYADDR_R: Real = Real::new(b"gethostbyaddr_r\0");
 
 type ConnectFn = unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
 type NameFn = unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
@@ -121,6 +127,36 @@ type Dup3Fn = unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
 /// command passes in a register of its own whatever its type (an int or a pointer).
 type FcntlFn = unsafe extern "C" fn(c_int, c_int, ...) -> c_int;
 type IoctlFn = unsafe extern "C" fn(c_int, libc::c_ulong, ...) -> c_int;
+type HostByNameFn = unsafe extern "C" fn(*const libc::c_char) -> *mut libc::hostent;
+type HostByName2Fn = unsafe extern "C" fn(*const libc::c_char, c_int) -> *mut libc::hostent;
+type HostByNameRFn = unsafe extern "C" fn(
+    *const libc::c_char,
+    *mut libc::hostent,
+    *mut libc::c_char,
+    libc::size_t,
+    *mut *mut libc::hostent,
+    *mut c_int,
+) -> c_int;
+type HostByName2RFn = unsafe extern "C" fn(
+    *const libc::c_char,
+    c_int,
+    *mut libc::hostent,
+    *mut libc::c_char,
+    libc::size_t,
+    *mut *mut libc::hostent,
+    *mut c_int,
+) -> c_int;
+type HostByAddrFn = unsafe extern "C" fn(*const c_void, socklen_t, c_int) -> *mut libc::hostent;
+type HostByAddrRFn = unsafe extern "C" fn(
+    *const c_void,
+    socklen_t,
+    c_int,
+    *mut libc::hostent,
+    *mut libc::c_char,
+    libc::size_t,
+    *mut *mut libc::hostent,
+    *mut c_int,
+) -> c_int;
 
 /// The C library's connect.
 ///
@@ -502,4 +538,95 @@ pub unsafe fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int {
     let f: FcntlFn = unsafe { std::mem::transmute::<usize, FcntlFn>(FCNTL64.get()) };
     // SAFETY: the caller's contract is fcntl(2)'s.
     unsafe { f(fd, cmd, arg) }
+}
+
+/// The C library's gethostbyname.
+///
+/// # Safety
+/// As gethostbyname(3).
+pub unsafe fn gethostbyname(name: *const libc::c_char) -> *mut libc::hostent {
+    // SAFETY: the address is the C library's `gethostbyname`, whose type this is.
+    let f: HostByNameFn = unsafe { std::mem::transmute::<usize, HostByNameFn>(GETHOSTBYNAME.get()) };
+    // SAFETY: the caller's contract is gethostbyname(3)'s.
+    unsafe { f(name) }
+}
+
+/// The C library's gethostbyname2.
+///
+/// # Safety
+/// As gethostbyname2(3).
+pub unsafe fn gethostbyname2(name: *const libc::c_char, family: c_int) -> *mut libc::hostent {
+    // SAFETY: the address is the C library's `gethostbyname2`, whose type this is.
+    let f: HostByName2Fn = unsafe { std::mem::transmute::<usize, HostByName2Fn>(GETHOSTBYNAME2.get()) };
+    // SAFETY: the caller's contract is gethostbyname2(3)'s.
+    unsafe { f(name, family) }
+}
+
+/// The C library's gethostbyname_r.
+///
+/// # Safety
+/// As gethostbyname_r(3).
+pub unsafe fn gethostbyname_r(
+    name: *const libc::c_char,
+    ret: *mut libc::hostent,
+    buf: *mut libc::c_char,
+    len: libc::size_t,
+    result: *mut *mut libc::hostent,
+    h_errnop: *mut c_int,
+) -> c_int {
+    // SAFETY: the address is the C library's `gethostbyname_r`, whose type this is.
+    let f: HostByNameRFn = unsafe { std::mem::transmute::<usize, HostByNameRFn>(GETHOSTBYNAME_R.get()) };
+    // SAFETY: the caller's contract is gethostbyname_r(3)'s.
+    unsafe { f(name, ret, buf, len, result, h_errnop) }
+}
+
+/// The C library's gethostbyname2_r.
+///
+/// # Safety
+/// As gethostbyname2_r(3).
+pub unsafe fn gethostbyname2_r(
+    name: *const libc::c_char,
+    family: c_int,
+    ret: *mut libc::hostent,
+    buf: *mut libc::c_char,
+    len: libc::size_t,
+    result: *mut *mut libc::hostent,
+    h_errnop: *mut c_int,
+) -> c_int {
+    // SAFETY: the address is the C library's `gethostbyname2_r`, whose type this is.
+    let f: HostByName2RFn = unsafe { std::mem::transmute::<usize, HostByName2RFn>(GETHOSTBYNAME2_R.get()) };
+    // SAFETY: the caller's contract is gethostbyname2_r(3)'s.
+    unsafe { f(name, family, ret, buf, len, result, h_errnop) }
+}
+
+/// The C library's gethostbyaddr.
+///
+/// # Safety
+/// As gethostbyaddr(3).
+pub unsafe fn gethostbyaddr(addr: *const c_void, len: socklen_t, family: c_int) -> *mut libc::hostent {
+    // SAFETY: the address is the C library's `gethostbyaddr`, whose type this is.
+    let f: HostByAddrFn = unsafe { std::mem::transmute::<usize, HostByAddrFn>(GETHOSTBYADDR.get()) };
+    // SAFETY: the caller's contract is gethostbyaddr(3)'s.
+    unsafe { f(addr, len, family) }
+}
+
+/// The C library's gethostbyaddr_r.
+///
+/// # Safety
+/// As gethostbyaddr_r(3).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gethostbyaddr_r(
+    addr: *const c_void,
+    len: socklen_t,
+    family: c_int,
+    ret: *mut libc::hostent,
+    buf: *mut libc::c_char,
+    buflen: libc::size_t,
+    result: *mut *mut libc::hostent,
+    h_errnop: *mut c_int,
+) -> c_int {
+    // SAFETY: the address is the C library's `gethostbyaddr_r`, whose type this is.
+    let f: HostByAddrRFn = unsafe { std::mem::transmute::<usize, HostByAddrRFn>(GETHOSTBYADDR_R.get()) };
+    // SAFETY: the caller's contract is gethostbyaddr_r(3)'s.
+    unsafe { f(addr, len, family, ret, buf, buflen, result, h_errnop) }
 }

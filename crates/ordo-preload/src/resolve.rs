@@ -8,8 +8,9 @@
 //! As glibc's stub resolver: a name with no dot is tried with each search domain first, one
 //! with a dot as it is first; each server in turn, [`ATTEMPTS`] rounds of [`TIMEOUT`] each.
 //! Reverse lookups (`getnameinfo`) ask the same servers for the address's PTR record, unless
-//! `/etc/hosts` names the address. Not done: TCP when an answer is truncated (the addresses
-//! of a name fit in a datagram), the older gethostbyname and gethostbyaddr family.
+//! `/etc/hosts` names the address; the older gethostbyname and gethostbyaddr family too
+//! (`crate::hostent`). Not done: TCP when an answer is truncated (the addresses of a name fit
+//! in a datagram).
 
 use libc::c_int;
 use ordo_attach::Dns;
@@ -37,7 +38,7 @@ pub fn settings() -> Option<&'static Dns> {
 
 /// glibc's "name has no address of that family" (netdb.h, under _GNU_SOURCE), which the
 /// libc crate does not define for Linux.
-const EAI_NODATA: c_int = -5;
+pub const EAI_NODATA: c_int = -5;
 
 /// What a lookup found.
 #[derive(Debug, PartialEq, Eq)]
