@@ -80,11 +80,11 @@ impl Readiness {
     pub fn arm(&mut self, deadline: Option<Instant>) {
         let now = Instant::now();
         if self.armed.is_some_and(|a| a <= now) {
-            // Fired: read it, so that the set is not readable for it any more.
-            let mut ticks = 0u64;
-            // SAFETY: reading the 8 bytes of a live u64 from our timerfd.
-            unsafe { libc::read(self.timer.as_raw_fd(), (&mut ticks as *mut u64).cast(), 8) };
-            self.armed = None;
+            // Due: disarmed, which also clears an expiry counted already (timerfd_settime
+            // resets the count), rather than read: by the kernel's clock it may not have
+            // fired yet, and an expiry after a read, with no timer set again, would leave
+            // the set readable for ever.
+            self.set(Duration::ZERO);
         }
         let Some(deadline) = deadline else { return };
         if self.armed.is_some_and(|a| a <= deadline) {
@@ -92,6 +92,11 @@ impl Readiness {
         }
         // At least a nanosecond: a zero time disarms the timer.
         let wait = deadline.saturating_duration_since(now).max(Duration::from_nanos(1));
+        self.set(wait);
+    }
+
+    /// Sets the timer to fire once after `wait` (zero: disarms it).
+    fn set(&mut self, wait: Duration) {
         let spec = libc::itimerspec {
             it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
             it_value: libc::timespec {
@@ -101,7 +106,7 @@ impl Readiness {
         };
         // SAFETY: a valid itimerspec for our timerfd; the old value is not asked for.
         if unsafe { libc::timerfd_settime(self.timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } == 0 {
-            self.armed = Some(now + wait);
+            self.armed = (!wait.is_zero()).then(|| Instant::now() + wait);
         }
     }
 }
