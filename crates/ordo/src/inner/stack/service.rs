@@ -1,8 +1,9 @@
-//! The attach service: the stack's state and its turns. It owns smoltcp's interface and sockets, accepts
-//! applications' requests on the attach socket (`ordo_attach`), and relays each connection's
-//! bytes between the application's Unix socket and the stack's TCP socket, one copy each way
-//! (the application's bytes are read straight into the TCP send buffer, and written straight
-//! from the receive buffer); a connected UDP socket's datagrams likewise ([`super::datagram`]).
+//! The attach service: the stack's state and its turns ([`Stack`], run by the plane's
+//! reader of queue 0). It owns smoltcp's interface and sockets, accepts applications'
+//! requests on the attach socket (`ordo_attach`), and relays each connection's bytes between
+//! the application's Unix socket and the stack's TCP socket, one copy each way (the
+//! application's bytes are read straight into the TCP send buffer, and written straight from
+//! the receive buffer); a connected UDP socket's datagrams likewise ([`super::datagram`]).
 //!
 //! Everything an application sends is untrusted: a request is decoded by `ordo_attach`
 //! (any bytes give a message or an error), the descriptor that comes with it must be a Unix
