@@ -174,17 +174,7 @@ fn bad_requests_get_errors_and_a_good_one_still_connects() {
 
     // A good request: the stack sends a SYN from its address to the destination.
     let (_mine, theirs) = pair();
-    let mut c = UnixStream::connect(&r.socket).unwrap();
-    let fds = [theirs.as_raw_fd()];
-    let request = connect_request("10.99.0.2:80");
-    sendmsg::<()>(
-        c.as_raw_fd(),
-        &[IoSlice::new(&request)],
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::empty(),
-        None,
-    )
-    .unwrap();
+    let mut c = send_connect(&r.socket, &theirs);
     let syn = next_packet(&r, Duration::from_secs(5)).expect("a SYN towards the plane");
     assert_eq!(syn[0] >> 4, 4, "IPv4");
     assert_eq!(syn[9], 6, "TCP");
@@ -539,6 +529,22 @@ fn a_wildcard_udp_socket_relays_the_kernel_s_datagrams_too() {
     assert_eq!((&got[..n], from.port()), (&b"back"[..], port));
 }
 
+/// Sends a request to connect to 10.99.0.2:80 with `app` (the program's end), without
+/// waiting for the answer; the connection it comes on.
+fn send_connect(socket: &Path, app: &OwnedFd) -> UnixStream {
+    let c = UnixStream::connect(socket).unwrap();
+    let fds = [app.as_raw_fd()];
+    sendmsg::<()>(
+        c.as_raw_fd(),
+        &[IoSlice::new(&connect_request("10.99.0.2:80"))],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        None,
+    )
+    .unwrap();
+    c
+}
+
 /// The window scale a SYN offers (RFC 7323's option), if any.
 fn window_scale(tcp: &[u8]) -> Option<u8> {
     let options = &tcp[20..usize::from(tcp[12] >> 4) * 4];
@@ -564,17 +570,7 @@ fn only_so_many_sockets_get_the_large_receive_buffer() {
     let mut scales = std::collections::HashMap::new();
     for _ in 0..count {
         let (mine, theirs) = pair();
-        let c = UnixStream::connect(&r.socket).unwrap();
-        let fds = [theirs.as_raw_fd()];
-        let request = connect_request("10.99.0.2:80");
-        sendmsg::<()>(
-            c.as_raw_fd(),
-            &[IoSlice::new(&request)],
-            &[ControlMessage::ScmRights(&fds)],
-            MsgFlags::empty(),
-            None,
-        )
-        .unwrap();
+        let c = send_connect(&r.socket, &theirs);
         held.push((mine, c));
         // One SYN per connect, told apart by its port (a retransmission repeats one).
         while scales.len() < held.len() {
@@ -594,16 +590,7 @@ fn only_so_many_sockets_get_the_large_receive_buffer() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (_mine, theirs) = pair();
-        let c = UnixStream::connect(&r.socket).unwrap();
-        let fds = [theirs.as_raw_fd()];
-        sendmsg::<()>(
-            c.as_raw_fd(),
-            &[IoSlice::new(&connect_request("10.99.0.2:80"))],
-            &[ControlMessage::ScmRights(&fds)],
-            MsgFlags::empty(),
-            None,
-        )
-        .unwrap();
+        let _c = send_connect(&r.socket, &theirs);
         let syn = loop {
             let p = next_packet(&r, Duration::from_secs(5)).expect("a SYN towards the plane");
             let tcp = &p[usize::from(p[0] & 0xf) * 4..];
