@@ -191,16 +191,7 @@ impl Service {
         running.linger_until = Some(Instant::now() + LINGER);
         self.stack.ring();
         // A little longer than the linger itself, should the plane have stopped.
-        let until = Instant::now() + LINGER + Duration::from_secs(1);
-        while running.state.is_some() {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            running = (self.stack.ended.wait_timeout(running, left))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+        let _ = (self.stack.ended).wait_timeout_while(running, LINGER + Duration::from_secs(1), |r| r.state.is_some());
     }
 }
 
