@@ -138,3 +138,15 @@ pub fn fix_ip(q: &mut [u8], v6: bool, ip_len: usize, total: usize, id: Option<u1
         sum16(sum16(0, &q[12..20]), &[0, proto, (l4 >> 8) as u8, l4 as u8])
     }
 }
+
+/// Whether the TCP segment `p` (as [`tcp_of`] read it) has the right checksum over its
+/// pseudo-header (RFC 9293 §3.1, RFC 8200 §8.1), header and payload.
+pub fn tcp_checksum_ok(p: &[u8], t: &Tcp) -> bool {
+    let l4 = p.len() - t.ip_len;
+    let pseudo = if t.v6 {
+        sum16(sum16(0, &p[8..40]), &[0, 0, (l4 >> 8) as u8, l4 as u8, 0, 0, 0, 6])
+    } else {
+        sum16(sum16(0, &p[12..20]), &[0, 6, (l4 >> 8) as u8, l4 as u8])
+    };
+    fold(sum16(pseudo, &p[t.ip_len..])) == 0xffff
+}

@@ -85,16 +85,9 @@ pub(crate) mod fixtures {
     }
 
     pub fn tcp_checksum_ok(p: &[u8], ip_len: usize) -> bool {
-        let tcp_len = (p.len() - ip_len) as u16;
-        let pseudo = if ip_len == 40 {
-            sum16(
-                sum16(0, &p[8..40]),
-                &[0, 0, (tcp_len >> 8) as u8, tcp_len as u8, 0, 0, 0, 6],
-            )
-        } else {
-            sum16(sum16(0, &p[12..20]), &[0, 6, (tcp_len >> 8) as u8, tcp_len as u8])
-        };
-        fold(sum16(pseudo, &p[ip_len..])) == 0xffff
+        let t = super::ip::tcp_of(p).expect("a TCP segment");
+        assert_eq!(t.ip_len, ip_len);
+        super::ip::tcp_checksum_ok(p, &t)
     }
 
     pub fn udp_checksum_ok(p: &[u8], ip_len: usize, v6: bool) -> bool {

@@ -28,6 +28,10 @@ pub struct Wires {
     pub packets_out: AtomicU64,
     /// Applications' datagrams the stack did not carry, by reason.
     pub datagram_drops: super::datagram::DatagramDrops,
+    /// Delivered TCP segments dropped for a wrong checksum.
+    pub bad_checksums: AtomicU64,
+    /// Delivered TCP segments that went into a merged packet.
+    pub segments_merged: AtomicU64,
 }
 
 /// smoltcp's view of [`Wires`]: a batch of delivered packets taken from the inbox at a time.
@@ -114,7 +118,7 @@ impl phy::RxToken for Rx {
 
 /// Computes the TCP checksum of a packet smoltcp made without it (the device offers
 /// checksum offload, which segmentation offload requires); other packets are left alone.
-fn tcp_checksum(p: &mut [u8]) {
+pub(super) fn tcp_checksum(p: &mut [u8]) {
     let (v6, ip_len) = match p.first().map(|b| b >> 4) {
         Some(4) if p.len() >= 20 && p[9] == 6 => (false, usize::from(p[0] & 0x0f) * 4),
         Some(6) if p.len() >= 40 && p[6] == 6 => (true, 40),
@@ -180,10 +184,11 @@ impl phy::Device for Link {
         caps.medium = Medium::Ip;
         caps.max_transmission_unit = self.mtu;
         // Packets from the plane were authenticated by the tunnel, but a peer may still
-        // forward a corrupt one: verify checksums on receive, compute them on send.
+        // forward a corrupt one: checksums are verified on receive, computed on send.
         caps.checksum.ipv4 = Checksum::Both;
-        // Segmentation offload requires the TCP checksum offloaded on send: computed here.
-        caps.checksum.tcp = Checksum::Rx;
+        // TCP's are verified by the port before it merges segments (`StackPort::write`), and
+        // computed here on send, which segmentation offload requires.
+        caps.checksum.tcp = Checksum::None;
         caps.segmentation.tcpv4 = std::num::NonZeroUsize::new(TSO_MAX);
         caps.segmentation.tcpv6 = std::num::NonZeroUsize::new(TSO_MAX);
         caps

@@ -11,7 +11,7 @@
 //! deliveries, the applications' sockets, the stack's timers. So the stack runs where
 //! Ordo's placement puts that thread, and nothing is handed between threads on the way
 //! out. The plane's deliveries (from whichever thread decrypted them) go through an inbox
-//! ([`link::Wires`]).
+//! ([`link::Wires`]), each run of one flow's TCP segments merged into one packet.
 
 pub mod datagram;
 pub mod link;
@@ -23,6 +23,8 @@ pub mod unix;
 pub use settings::{Attachers, Guests, StackSettings};
 
 use crate::host::wakeup::Inbox;
+use crate::packet::coalesce::{self, coalesced_header, Coalesced};
+use crate::packet::ip::{tcp_checksum_ok, tcp_of};
 use crate::port::{buffers, Counter, DeliveryRun, InnerPort, InnerRead};
 use link::Wires;
 use service::Stack;
@@ -51,6 +53,8 @@ impl StackPort {
             packets_in: AtomicU64::new(0),
             packets_out: AtomicU64::new(0),
             datagram_drops: Default::default(),
+            bad_checksums: AtomicU64::new(0),
+            segments_merged: AtomicU64::new(0),
         });
         let stack = Arc::new(Stack::new(wires)?);
         let idle = (1..queues.max(1))
@@ -81,12 +85,38 @@ impl InnerPort for StackPort {
         }
     }
 
+    /// Runs of one TCP flow's segments are merged into one packet (receive offload, as
+    /// the TUN port hands the kernel): smoltcp's work per packet is then done once per run,
+    /// and the copy into the inbox, which each packet needed anyway, builds the merged one.
+    /// TCP checksums are verified here, with the wide sum, rather than by smoltcp; a segment
+    /// whose header the merge cannot read (IPv4 options, IPv6 extension headers) goes to
+    /// smoltcp unverified, as kernel WireGuard leaves every decrypted packet.
     fn write(&self, _queue: usize, run: &mut DeliveryRun<'_>) {
-        for p in run.packets() {
-            let mut copy = buffers::take(p.len());
-            copy.extend_from_slice(p);
+        let wires = &self.stack.wires;
+        let packets: Vec<&[u8]> = run
+            .packets()
+            .filter(|p| {
+                let ok = tcp_of(p).is_none_or(|t| tcp_checksum_ok(p, &t));
+                if !ok {
+                    wires.bad_checksums.fetch_add(1, Ordering::Relaxed);
+                }
+                ok
+            })
+            .collect();
+        for w in coalesce::plan(&packets, false) {
+            let packet = match w {
+                coalesce::Write::Single(i) => {
+                    let mut copy = buffers::take(packets[i].len());
+                    copy.extend_from_slice(packets[i]);
+                    copy
+                }
+                coalesce::Write::Coalesced(a, b) => {
+                    wires.segments_merged.fetch_add((b - a) as u64, Ordering::Relaxed);
+                    merge(&packets[a..b])
+                }
+            };
             // A full inbox drops the packet, counted there (drop_stack_inbox_full).
-            self.stack.wires.to_stack.push(copy);
+            wires.to_stack.push(packet);
         }
     }
 
@@ -99,6 +129,8 @@ impl InnerPort for StackPort {
         vec![
             Counter::new("stack_packets_in", wires.packets_in.load(Ordering::Relaxed)),
             Counter::new("stack_packets_out", wires.packets_out.load(Ordering::Relaxed)),
+            Counter::new("stack_segments_merged", wires.segments_merged.load(Ordering::Relaxed)),
+            Counter::new("drop_stack_bad_checksum", wires.bad_checksums.load(Ordering::Relaxed)),
             Counter::new(
                 "drop_stack_inbox_full",
                 wires.to_stack.overflows.load(Ordering::Relaxed),
@@ -125,6 +157,21 @@ impl InnerPort for StackPort {
             ),
         ]
     }
+}
+
+/// One packet of a run of segments [`coalesce::plan`] found: the first's headers, fixed for
+/// the whole, and every payload. Its TCP checksum is left as the pseudo-header's partial
+/// sum: the segments' were verified, and smoltcp does not look.
+fn merge(segments: &[&[u8]]) -> Vec<u8> {
+    let Coalesced { offload, head } = coalesced_header(segments);
+    let from = usize::from(offload.header_len);
+    let total = head.len() + segments.iter().map(|s| s.len() - from).sum::<usize>();
+    let mut packet = Vec::with_capacity(total);
+    packet.extend_from_slice(&head);
+    for s in segments {
+        packet.extend_from_slice(&s[from..]);
+    }
+    packet
 }
 
 /// A queue's read half: queue 0 runs the stack and reads what it sent; the others wait on an
@@ -160,5 +207,71 @@ impl InnerRead for StackRead {
             to_plane.take(out, max - (out.len() - from));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::fixtures::{seg, TCP_ACK};
+    use crate::packet::ip::TCP_PSH;
+    use crate::port::HEADROOM;
+
+    fn checksummed(mut p: Vec<u8>) -> Vec<u8> {
+        link::tcp_checksum(&mut p);
+        p
+    }
+
+    /// Delivers `packets` to the port as one run and returns what reached the stack.
+    fn deliver(port: &StackPort, packets: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let mut buffers: Vec<Vec<u8>> = packets
+            .iter()
+            .map(|p| [vec![0; HEADROOM], p.clone()].concat())
+            .collect();
+        let mut run = DeliveryRun::new(buffers.iter_mut().map(|b| b.as_mut_slice()).collect());
+        port.write(0, &mut run);
+        let mut out = Vec::new();
+        port.stack.wires.to_stack.take(&mut out, 64);
+        out
+    }
+
+    fn counter(port: &StackPort, name: &str) -> u64 {
+        port.counters()
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.value)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_run_of_segments_reaches_the_stack_as_one_packet_and_a_corrupt_one_not_at_all() {
+        let (port, _stack) = StackPort::new(1, 1420).unwrap();
+        let a = checksummed(seg(1000, &[1; 100], TCP_ACK));
+        let b = checksummed(seg(1100, &[2; 100], TCP_ACK));
+        let c = checksummed(seg(1200, &[3; 60], TCP_ACK | TCP_PSH));
+        let mut corrupt = checksummed(seg(1260, &[4; 100], TCP_ACK));
+        corrupt[70] ^= 1;
+        let gap = checksummed(seg(9000, &[5; 100], TCP_ACK));
+        let got = deliver(&port, &[a, b, corrupt, c, gap.clone()]);
+
+        assert_eq!(got.len(), 2, "the three in order merged, the one after a gap alone");
+        let merged = tcp_of(&got[0]).expect("a TCP packet whose lengths add up");
+        assert_eq!(merged.seq, 1000);
+        assert_eq!(merged.flags, TCP_ACK | TCP_PSH, "the last segment's PSH");
+        let payload = &got[0][merged.hdr_len..];
+        assert_eq!(payload, [[1u8; 100].as_slice(), &[2; 100], &[3; 60]].concat());
+        assert_eq!(got[1], gap);
+        assert_eq!(counter(&port, "stack_segments_merged"), 3);
+        assert_eq!(counter(&port, "drop_stack_bad_checksum"), 1);
+    }
+
+    #[test]
+    fn packets_that_are_not_tcp_segments_pass_as_they_are() {
+        let (port, _stack) = StackPort::new(1, 1420).unwrap();
+        let udp = crate::packet::fixtures::dgram(false, 7, 53, b"a question");
+        let not_ip = vec![0x00, 0x01, 0x02];
+        let got = deliver(&port, &[udp.clone(), not_ip.clone()]);
+        assert_eq!(got, [udp, not_ip]);
+        assert_eq!(counter(&port, "drop_stack_bad_checksum"), 0);
     }
 }
