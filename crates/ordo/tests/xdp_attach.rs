@@ -1,5 +1,6 @@
-//! Ordo's XDP program on a real interface (a veth pair between two network namespaces this
-//! test makes): attached with a BPF link, it lets the kernel's traffic through (ping), keeps
+//! Ordo's XDP program and an AF_XDP socket on a real interface (a veth pair between two
+//! network namespaces each test makes): attached with a BPF link, the program hands the
+//! socket Ordo's datagrams and lets the kernel's traffic through (ping, other ports), keeps
 //! any other program off the interface, and leaves with its process even when that process
 //! is killed with SIGKILL. Needs root, as the XDP path does.
 
@@ -8,9 +9,6 @@ use ordo::outer::xdp::filter::{Filter, Verdict};
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
-
-const NS_A: &str = "ordo-xdp-test-a";
-const NS_B: &str = "ordo-xdp-test-b";
 
 fn ip(args: &[&str]) -> String {
     let out = Command::new("ip").args(args).output().expect("ip runs");
@@ -22,35 +20,43 @@ fn ip(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The two namespaces, joined by veth-a (in A, 192.0.2.1) and veth-b (in B, 192.0.2.2);
-/// removed on drop.
-struct Namespaces;
+/// Two namespaces, joined by veth-a (in `a`, 192.0.2.1) and veth-b (in `b`, 192.0.2.2);
+/// removed on drop. Each test has its own, named after it, as tests run at once.
+struct Namespaces {
+    a: String,
+    b: String,
+}
 
 impl Namespaces {
-    fn new() -> Namespaces {
-        for ns in [NS_A, NS_B] {
+    fn new(test: &str) -> Namespaces {
+        let ns = Namespaces {
+            a: format!("ordo-xdp-{test}-a"),
+            b: format!("ordo-xdp-{test}-b"),
+        };
+        let (a, b) = (ns.a.as_str(), ns.b.as_str());
+        for n in [a, b] {
             // Left over from a run that was killed, if any.
             let _ = Command::new("ip")
-                .args(["netns", "del", ns])
+                .args(["netns", "del", n])
                 .stderr(Stdio::null())
                 .status();
-            ip(&["netns", "add", ns]);
+            ip(&["netns", "add", n]);
         }
         ip(&[
-            "-n", NS_A, "link", "add", "veth-a", "type", "veth", "peer", "name", "veth-b", "netns", NS_B,
+            "-n", a, "link", "add", "veth-a", "type", "veth", "peer", "name", "veth-b", "netns", b,
         ]);
-        ip(&["-n", NS_A, "addr", "add", "192.0.2.1/24", "dev", "veth-a"]);
-        ip(&["-n", NS_B, "addr", "add", "192.0.2.2/24", "dev", "veth-b"]);
-        ip(&["-n", NS_A, "link", "set", "veth-a", "up"]);
-        ip(&["-n", NS_B, "link", "set", "veth-b", "up"]);
-        Namespaces
+        ip(&["-n", a, "addr", "add", "192.0.2.1/24", "dev", "veth-a"]);
+        ip(&["-n", b, "addr", "add", "192.0.2.2/24", "dev", "veth-b"]);
+        ip(&["-n", a, "link", "set", "veth-a", "up"]);
+        ip(&["-n", b, "link", "set", "veth-b", "up"]);
+        ns
     }
 }
 
 impl Drop for Namespaces {
     fn drop(&mut self) {
-        for ns in [NS_A, NS_B] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        for n in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
         }
     }
 }
@@ -102,10 +108,11 @@ fn xdp_holder() {
 
 #[test]
 fn xdp_program_leaves_with_its_process() {
-    let _ns = Namespaces::new();
+    let ns = Namespaces::new("leave");
+    let (ns_a, ns_b) = (ns.a.as_str(), ns.b.as_str());
     let me = std::env::current_exe().unwrap();
     let mut holder = Command::new("ip")
-        .args(["netns", "exec", NS_A])
+        .args(["netns", "exec", ns_a])
         .arg(&me)
         .args([
             "--ignored",
@@ -123,12 +130,12 @@ fn xdp_program_leaves_with_its_process() {
         lines.any(|l| l.is_ok_and(|l| l.trim() == "ORDO-XDP-ATTACHED")),
         "the holder attached the program"
     );
-    assert!(xdp_attached(NS_A, "veth-a"), "ip link shows the program");
+    assert!(xdp_attached(ns_a, "veth-a"), "ip link shows the program");
     // The kernel's own traffic crosses the program: ARP and ICMP both ways.
-    assert!(ping(NS_B, "192.0.2.1"), "B reaches A through the program");
-    assert!(ping(NS_A, "192.0.2.2"), "A reaches B");
+    assert!(ping(ns_b, "192.0.2.1"), "B reaches A through the program");
+    assert!(ping(ns_a, "192.0.2.2"), "A reaches B");
     // Another program cannot take the interface while Ordo's is on it.
-    let err = ip_netns_attach_second(NS_A);
+    let err = ip_netns_attach_second(ns_a);
     assert!(
         err.contains("Device or resource busy") || err.contains("EBUSY"),
         "refused: {err}"
@@ -139,10 +146,10 @@ fn xdp_program_leaves_with_its_process() {
     holder.wait().unwrap();
     let gone = (0..50).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(20));
-        !xdp_attached(NS_A, "veth-a")
+        !xdp_attached(ns_a, "veth-a")
     });
     assert!(gone, "the program left with its process");
-    assert!(ping(NS_B, "192.0.2.1"), "and the interface works without it");
+    assert!(ping(ns_b, "192.0.2.1"), "and the interface works without it");
 }
 
 /// Tries to attach a second program of ours to veth-a from another process inside `ns`;
@@ -173,4 +180,107 @@ fn xdp_second() {
         Ok(_) => println!("attached over the other program"),
         Err(e) => println!("refused: {e}"),
     }
+}
+
+/// Moves this thread into namespace `ns` (network namespaces are per thread): the sockets
+/// it makes and the interfaces it names are that namespace's from then on.
+fn enter(ns: &str) {
+    let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+    // SAFETY: setns on a namespace descriptor we hold, for this thread only.
+    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns");
+}
+
+/// Sends each (port, payload) from namespace `ns` to 192.0.2.1 with python3's UDP socket.
+fn send_from(ns: &str, datagrams: &[(u16, &str)]) {
+    let script = datagrams
+        .iter()
+        .map(|(port, payload)| format!("s.sendto(b'{payload}', ('192.0.2.1', {port}))"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ok = Command::new("ip")
+        .args(["netns", "exec", ns, "python3", "-c"])
+        .arg(format!(
+            "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n{script}"
+        ))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "python3 sent");
+}
+
+/// An AF_XDP socket on veth-a's queue 0 in the program's socket map: datagrams to Ordo's
+/// port and address arrive there, byte for byte, and nowhere else; a datagram to another
+/// port reaches the kernel's socket, and ping works, through the same program.
+#[test]
+fn ordos_datagrams_reach_its_xdp_socket_and_the_rest_the_kernel() {
+    use xdp::slab::{HeapSlab, Slab};
+    let ns = Namespaces::new("rx");
+    enter(&ns.a);
+    let (program, sockets, counters) = load();
+    let index = ifindex("veth-a");
+    // The kernel keeps the port with a socket of its own, as the XDP port will.
+    let kernel = std::net::UdpSocket::bind("192.0.2.1:51820").unwrap();
+    kernel.set_nonblocking(true).unwrap();
+    let elsewhere = std::net::UdpSocket::bind("192.0.2.1:5353").unwrap();
+    elsewhere
+        .set_read_timeout(Some(std::time::Duration::from_secs(3)))
+        .unwrap();
+
+    let cfg = xdp::umem::UmemCfgBuilder {
+        frame_count: 64,
+        ..Default::default()
+    };
+    let mut umem = xdp::Umem::map(cfg.build().unwrap()).unwrap();
+    let mut builder = xdp::socket::XdpSocketBuilder::new().unwrap();
+    let (mut rings, mut flags) = builder
+        .build_wakable_rings(&umem, xdp::RingConfigBuilder::default().build().unwrap())
+        .unwrap();
+    flags.force_copy();
+    let socket = builder.bind(xdp::nic::NicIndex::new(index), 0, flags).unwrap();
+    // SAFETY: the UMEM outlives the socket and its rings (dropped in reverse order).
+    unsafe { rings.fill_ring.enqueue(&mut umem, 32, true).unwrap() };
+    sockets.set_socket(0, socket.as_raw_fd()).unwrap();
+    let _link = Link::xdp(&program, index, XdpMode::Native).expect("veth takes native XDP");
+
+    send_from(
+        &ns.b,
+        &[(51820, "one"), (5353, "elsewhere"), (51820, "two"), (51820, "three")],
+    );
+
+    let mut got = Vec::new();
+    let mut slab = HeapSlab::with_capacity(16);
+    let rx = rings.rx_ring.as_mut().unwrap();
+    for _ in 0..30 {
+        if got.len() == 3 {
+            break;
+        }
+        let _ = socket.poll_read(xdp::socket::PollTimeout::new(Some(std::time::Duration::from_millis(
+            100,
+        ))));
+        // SAFETY: the packets are freed back to the UMEM before it goes.
+        unsafe { rx.recv(&umem, &mut slab) };
+        while let Some(p) = slab.pop_back() {
+            // Ethernet 14, IPv4 20, UDP 8: the payload follows.
+            got.push(String::from_utf8_lossy(&p[42..]).into_owned());
+            umem.free_packet(p);
+        }
+    }
+    got.sort();
+    assert_eq!(got, ["one", "three", "two"], "Ordo's datagrams, byte for byte");
+    let mut buf = [0u8; 64];
+    let n = elsewhere
+        .recv(&mut buf)
+        .expect("the other port's datagram reached the kernel");
+    assert_eq!(&buf[..n], b"elsewhere");
+    assert!(
+        kernel.recv(&mut buf).is_err(),
+        "the kernel's socket on the port got none of them"
+    );
+    assert_eq!(counters.sum(Verdict::ToSocket as u32).unwrap(), 3);
+    assert!(counters.sum(Verdict::NotOurs as u32).unwrap() >= 1);
+    assert!(ping(&ns.b, "192.0.2.1"), "ping crosses the program");
+    assert!(
+        counters.sum(Verdict::NotIp as u32).unwrap() >= 1,
+        "ARP passed and counted"
+    );
 }
