@@ -284,3 +284,97 @@ fn ordos_datagrams_reach_its_xdp_socket_and_the_rest_the_kernel() {
         "ARP passed and counted"
     );
 }
+
+/// The hardware address of `dev` in namespace `ns`.
+fn mac(ns: &str, dev: &str) -> [u8; 6] {
+    let out = ip(&["-n", ns, "link", "show", "dev", dev]);
+    let hex = out
+        .split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .expect("an Ethernet address");
+    let mut m = [0u8; 6];
+    for (b, h) in m.iter_mut().zip(hex.split(':')) {
+        *b = u8::from_str_radix(h, 16).unwrap();
+    }
+    m
+}
+
+/// Frames Ordo builds (ordo::outer::xdp::frame) and sends through an AF_XDP socket on
+/// veth-a reach a kernel UDP socket in the other namespace: the kernel there checks the
+/// headers and the checksums and reports our address and port as the source.
+#[test]
+fn frames_it_writes_reach_a_kernel_socket_across_the_link() {
+    use ordo::outer::xdp::frame::{header_len, write_headers, Path};
+    use xdp::slab::{HeapSlab, Slab};
+    let ns = Namespaces::new("tx");
+    let ns_b = ns.b.clone();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let receiver = std::thread::spawn(move || {
+        enter(&ns_b);
+        let s = std::net::UdpSocket::bind("192.0.2.2:40000").unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(3))).unwrap();
+        ready_tx.send(()).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = s.recv_from(&mut buf) {
+            got.push((buf[..n].to_vec(), from));
+            if got.len() == 3 {
+                break;
+            }
+        }
+        got
+    });
+    ready.recv().unwrap();
+    let path = Path {
+        from_mac: mac(&ns.a, "veth-a"),
+        to_mac: mac(&ns.b, "veth-b"),
+        from: "192.0.2.1:51820".parse().unwrap(),
+        to: "192.0.2.2:40000".parse().unwrap(),
+    };
+    enter(&ns.a);
+    let index = ifindex("veth-a");
+    let cfg = xdp::umem::UmemCfgBuilder {
+        frame_count: 64,
+        ..Default::default()
+    };
+    let mut umem = xdp::Umem::map(cfg.build().unwrap()).unwrap();
+    let mut builder = xdp::socket::XdpSocketBuilder::new().unwrap();
+    let (mut rings, mut flags) = builder
+        .build_wakable_rings(&umem, xdp::RingConfigBuilder::default().build().unwrap())
+        .unwrap();
+    flags.force_copy();
+    let _socket = builder.bind(xdp::nic::NicIndex::new(index), 0, flags).unwrap();
+
+    let payloads: Vec<Vec<u8>> = (1..=3u8).map(|i| vec![i; 100 * usize::from(i) + 1]).collect();
+    let mut slab = HeapSlab::with_capacity(4);
+    for p in &payloads {
+        // SAFETY: the packet goes back to the UMEM (through the completion ring) before the
+        // UMEM is dropped.
+        let mut packet = unsafe { umem.alloc() }.unwrap();
+        let mut frame = vec![0u8; header_len(&path) + p.len()];
+        frame[header_len(&path)..].copy_from_slice(p);
+        assert!(write_headers(&path, &mut frame));
+        packet.append(&frame).unwrap();
+        assert!(slab.push_front(packet).is_none());
+    }
+    let tx = rings.tx_ring.as_mut().unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { tx.send(&mut slab, true) }.unwrap(), 3);
+
+    let got = receiver.join().unwrap();
+    assert_eq!(got.len(), 3, "every datagram arrived");
+    for ((data, from), sent) in got.iter().zip(&payloads) {
+        assert_eq!(data, sent, "byte for byte, in order");
+        assert_eq!(*from, path.from, "from our address and port");
+    }
+    let mut done = 0;
+    for _ in 0..100 {
+        done += rings.completion_ring.dequeue(&mut umem, 64);
+        if done == 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(done, 3, "the kernel gave every frame back");
+}

@@ -3,10 +3,13 @@
 //! kernel, which keeps the interface and a UDP socket on the port.
 //!
 //! Built so far: the program ([`filter`], from instructions [`insn`] assembles: no BPF
-//! compiler in the build), and the kernel calls that load it, attach it with a BPF link that
-//! leaves with the process, and count its verdicts ([`bpf`]). Not yet: the sockets, their
-//! rings and the port itself.
+//! compiler in the build); the kernel calls that load it, attach it with a BPF link that
+//! leaves with the process, and count its verdicts ([`bpf`]); the headers Ordo writes in
+//! front of what it sends ([`frame`]). The sockets, their UMEM and rings are the `xdp`
+//! crate's (tests/xdp_attach.rs receives and sends through them on veth). Not yet: routes
+//! and neighbours from the kernel, and the port itself (`Outer = xdp`).
 
 pub mod bpf;
 pub mod filter;
+pub mod frame;
 pub mod insn;
