@@ -6,10 +6,12 @@
 //! compiler in the build); the kernel calls that load it, attach it with a BPF link that
 //! leaves with the process, and count its verdicts ([`bpf`]); the headers Ordo writes in
 //! front of what it sends ([`frame`]). The sockets, their UMEM and rings are the `xdp`
-//! crate's (tests/xdp_attach.rs receives and sends through them on veth). Not yet: routes
-//! and neighbours from the kernel, and the port itself (`Outer = xdp`).
+//! crate's (tests/xdp.rs receives and sends through them on veth). How a datagram leaves
+//! (route, source, hardware addresses) is the kernel's answer ([`route`]). Not yet: keeping
+//! those answers current for the data plane, and the port itself (`Outer = xdp`).
 
 pub mod bpf;
 pub mod filter;
 pub mod frame;
 pub mod insn;
+pub mod route;

@@ -1,8 +1,9 @@
-//! Ordo's XDP program and an AF_XDP socket on a real interface (a veth pair between two
-//! network namespaces each test makes): attached with a BPF link, the program hands the
-//! socket Ordo's datagrams and lets the kernel's traffic through (ping, other ports), keeps
-//! any other program off the interface, and leaves with its process even when that process
-//! is killed with SIGKILL. Needs root, as the XDP path does.
+//! The XDP path on a real interface, a veth pair between two network namespaces each test
+//! makes: attached with a BPF link, the program hands the socket Ordo's datagrams and lets
+//! the kernel's traffic through (ping, other ports), keeps any other program off the
+//! interface, and leaves with its process even when that process is killed with SIGKILL;
+//! frames Ordo writes reach the kernel across the link; and the kernel tells Ordo how a
+//! datagram leaves. Needs root, as the XDP path does.
 
 use ordo::outer::xdp::bpf::{Link, Map, Program, XdpMode};
 use ordo::outer::xdp::filter::{Filter, Verdict};
@@ -377,4 +378,52 @@ fn frames_it_writes_reach_a_kernel_socket_across_the_link() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert_eq!(done, 3, "the kernel gave every frame back");
+}
+
+/// The route, source and hardware addresses Ordo writes come from the kernel: a neighbour
+/// not yet resolved has none (its datagrams go through the kernel), one that answered has
+/// its own, a destination behind a gateway gets the gateway's, and one with no route none.
+#[test]
+fn the_kernel_says_how_a_datagram_leaves() {
+    use ordo::outer::xdp::route::Routes;
+    let ns = Namespaces::new("route");
+    ip(&["-n", &ns.a, "addr", "add", "fd00::1/64", "dev", "veth-a", "nodad"]);
+    ip(&["-n", &ns.b, "addr", "add", "fd00::2/64", "dev", "veth-b", "nodad"]);
+    ip(&["-n", &ns.a, "route", "add", "198.51.100.0/24", "via", "192.0.2.2"]);
+    let (a_mac, b_mac) = (mac(&ns.a, "veth-a"), mac(&ns.b, "veth-b"));
+    enter(&ns.a);
+    let routes = Routes::open().unwrap();
+    let index = ifindex("veth-a");
+
+    let hop = routes.hop("192.0.2.2".parse().unwrap()).unwrap().expect("a route");
+    assert_eq!(hop.ifindex, index);
+    assert_eq!(hop.source, "192.0.2.1".parse::<std::net::IpAddr>().unwrap());
+    assert_eq!(hop.next_hop, "192.0.2.2".parse::<std::net::IpAddr>().unwrap());
+    assert_eq!(hop.from_mac, a_mac);
+    assert_eq!(hop.to_mac, None, "nothing has asked for B's address yet");
+
+    assert!(ping(&ns.a, "192.0.2.2"));
+    let hop = routes.hop("192.0.2.2".parse().unwrap()).unwrap().unwrap();
+    assert_eq!(hop.to_mac, Some(b_mac), "resolved by the kernel");
+    let hop = routes.hop("198.51.100.7".parse().unwrap()).unwrap().unwrap();
+    assert_eq!(
+        hop.next_hop,
+        "192.0.2.2".parse::<std::net::IpAddr>().unwrap(),
+        "the gateway"
+    );
+    assert_eq!(hop.to_mac, Some(b_mac));
+    assert_eq!(routes.hop("203.0.113.1".parse().unwrap()).unwrap(), None, "no route");
+
+    let ok = Command::new("ip")
+        .args([
+            "netns", "exec", &ns.a, "ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", "fd00::2",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "ping over IPv6");
+    let hop = routes.hop("fd00::2".parse().unwrap()).unwrap().unwrap();
+    assert_eq!(hop.source, "fd00::1".parse::<std::net::IpAddr>().unwrap());
+    assert_eq!(hop.to_mac, Some(b_mac));
 }

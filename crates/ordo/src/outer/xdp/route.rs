@@ -1,0 +1,177 @@
+//! How a datagram to a peer leaves this host, as the kernel would send it: the route's
+//! interface, source address and next hop (`ip route get`), the interface's hardware
+//! address, and the next hop's from the kernel's neighbour table. AF_XDP sends without the
+//! kernel's IP layer, so Ordo writes what it would have. A next hop the kernel has not
+//! resolved yet has no hardware address here: such a datagram goes through the kernel's UDP
+//! socket, which makes the kernel resolve it.
+//!
+//! Each look-up asks the kernel over rtnetlink and blocks: for a thread that keeps the
+//! answers, never for a thread that moves packets.
+
+use futures::TryStreamExt;
+use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
+use rtnetlink::packet_route::link::LinkAttribute;
+use rtnetlink::packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourState};
+use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
+use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
+use rtnetlink::{Handle, IpVersion};
+use std::io;
+use std::net::IpAddr;
+
+/// What the kernel says about reaching a destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hop {
+    /// The interface the route leaves by.
+    pub ifindex: u32,
+    /// The address the kernel would send from.
+    pub source: IpAddr,
+    /// The destination itself on a directly attached network, else the gateway.
+    pub next_hop: IpAddr,
+    /// The interface's hardware address.
+    pub from_mac: [u8; 6],
+    /// The next hop's, if the kernel has resolved it.
+    pub to_mac: Option<[u8; 6]>,
+}
+
+/// A connection to the kernel's routing tables.
+pub struct Routes {
+    rt: tokio::runtime::Runtime,
+    handle: Handle,
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{what}: {e}"))
+}
+
+impl Routes {
+    pub fn open() -> io::Result<Routes> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let handle = rt.block_on(async {
+            let (conn, handle, _) = rtnetlink::new_connection()?;
+            tokio::spawn(conn);
+            Ok::<_, io::Error>(handle)
+        })?;
+        Ok(Routes { rt, handle })
+    }
+
+    /// How a datagram to `to` leaves; None when no route reaches it, or it leaves by an
+    /// interface without an Ethernet address (a tunnel, loopback), where AF_XDP has no say.
+    pub fn hop(&self, to: IpAddr) -> io::Result<Option<Hop>> {
+        let Some(route) = self.rt.block_on(route_get(self.handle.clone(), to))? else {
+            return Ok(None);
+        };
+        let (mut ifindex, mut source, mut gateway) = (None, None, None);
+        for a in &route.attributes {
+            match a {
+                RouteAttribute::Oif(i) => ifindex = Some(*i),
+                RouteAttribute::PrefSource(s) => source = ip_of(s),
+                RouteAttribute::Gateway(g) => gateway = ip_of(g),
+                _ => {}
+            }
+        }
+        let (Some(ifindex), Some(source)) = (ifindex, source) else {
+            return Ok(None);
+        };
+        let Some(from_mac) = self.rt.block_on(link_mac(self.handle.clone(), ifindex))? else {
+            return Ok(None);
+        };
+        let next_hop = gateway.unwrap_or(to);
+        let to_mac = self
+            .rt
+            .block_on(neighbour_mac(self.handle.clone(), ifindex, next_hop))?;
+        Ok(Some(Hop {
+            ifindex,
+            source,
+            next_hop,
+            from_mac,
+            to_mac,
+        }))
+    }
+}
+
+fn ip_of(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(v4) => Some((*v4).into()),
+        RouteAddress::Inet6(v6) => Some((*v6).into()),
+        _ => None,
+    }
+}
+
+fn mac_of(bytes: &[u8]) -> Option<[u8; 6]> {
+    bytes.try_into().ok().filter(|m: &[u8; 6]| m.iter().any(|&b| b != 0))
+}
+
+/// `ip route get TO`: the route the kernel would take (one answer, not a dump).
+async fn route_get(mut handle: Handle, to: IpAddr) -> io::Result<Option<RouteMessage>> {
+    let mut query = RouteMessage::default();
+    query.header.address_family = if to.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    query.header.destination_prefix_length = if to.is_ipv4() { 32 } else { 128 };
+    query.attributes.push(RouteAttribute::Destination(to.into()));
+    let mut req = NetlinkMessage::from(RouteNetlinkMessage::GetRoute(query));
+    req.header.flags = NLM_F_REQUEST;
+    let mut answers = handle.request(req).map_err(|e| failed("asking for a route", e))?;
+    use futures::StreamExt;
+    while let Some(m) = answers.next().await {
+        match m.payload {
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(r)) => return Ok(Some(r)),
+            // No route: ENETUNREACH and the like come back as an error message.
+            NetlinkPayload::Error(_) => return Ok(None),
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+async fn link_mac(handle: Handle, ifindex: u32) -> io::Result<Option<[u8; 6]>> {
+    let mut links = handle.link().get().match_index(ifindex).execute();
+    while let Some(l) = links.try_next().await.map_err(|e| failed("reading an interface", e))? {
+        for a in l.attributes {
+            if let LinkAttribute::Address(bytes) = a {
+                return Ok(mac_of(&bytes));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The hardware address the neighbour table holds for `ip` on `ifindex`, if the entry is
+/// usable (reachable, or stale and being confirmed, or set by hand).
+async fn neighbour_mac(handle: Handle, ifindex: u32, ip: IpAddr) -> io::Result<Option<[u8; 6]>> {
+    let version = if ip.is_ipv4() { IpVersion::V4 } else { IpVersion::V6 };
+    let mut entries = handle.neighbours().get().set_family(version).execute();
+    while let Some(n) = entries
+        .try_next()
+        .await
+        .map_err(|e| failed("reading the neighbour table", e))?
+    {
+        if n.header.ifindex != ifindex {
+            continue;
+        }
+        let usable = matches!(
+            n.header.state,
+            NeighbourState::Reachable
+                | NeighbourState::Stale
+                | NeighbourState::Delay
+                | NeighbourState::Probe
+                | NeighbourState::Permanent
+        );
+        let mut dst = None;
+        let mut mac = None;
+        for a in &n.attributes {
+            match a {
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => dst = Some(IpAddr::from(*v4)),
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => dst = Some(IpAddr::from(*v6)),
+                NeighbourAttribute::LinkLocalAddress(l) => mac = mac_of(l),
+                _ => {}
+            }
+        }
+        if dst == Some(ip) && usable {
+            return Ok(mac);
+        }
+    }
+    Ok(None)
+}
