@@ -427,3 +427,66 @@ fn the_kernel_says_how_a_datagram_leaves() {
     assert_eq!(hop.source, "fd00::1".parse::<std::net::IpAddr>().unwrap());
     assert_eq!(hop.to_mac, Some(b_mac));
 }
+
+/// Waits up to 3 s for `paths` to give `want` for `to`.
+fn settles(
+    paths: &ordo::outer::xdp::paths::Paths,
+    to: &str,
+    want: impl Fn(Option<ordo::outer::xdp::route::Hop>) -> bool,
+) -> bool {
+    let to = to.parse().unwrap();
+    (0..150).any(|_| {
+        let ok = want(paths.get(to));
+        if !ok {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        ok
+    })
+}
+
+/// The answers kept for the senders follow the kernel: a next hop resolved after the first
+/// ask is found by the retry, a neighbour's new hardware address and a new or removed route
+/// are picked up from the kernel's announcements.
+#[test]
+fn the_answers_follow_the_kernel() {
+    use ordo::outer::xdp::paths::Paths;
+    let ns = Namespaces::new("paths");
+    let b_mac = mac(&ns.b, "veth-b");
+    enter(&ns.a);
+    let paths = Paths::start().unwrap();
+    assert_eq!(paths.get("192.0.2.2".parse().unwrap()), None, "not asked before");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(
+        paths.get("192.0.2.2".parse().unwrap()),
+        None,
+        "asked, but B is not resolved"
+    );
+    assert!(ping(&ns.a, "192.0.2.2"));
+    assert!(
+        settles(&paths, "192.0.2.2", |h| h.and_then(|h| h.to_mac) == Some(b_mac)),
+        "resolved"
+    );
+
+    let moved = [0x02, 0, 0, 0, 0, 0x99];
+    ip(&[
+        "-n",
+        &ns.a,
+        "neigh",
+        "replace",
+        "192.0.2.2",
+        "lladdr",
+        "02:00:00:00:00:99",
+        "dev",
+        "veth-a",
+    ]);
+    assert!(
+        settles(&paths, "192.0.2.2", |h| h.and_then(|h| h.to_mac) == Some(moved)),
+        "a new address"
+    );
+
+    assert_eq!(paths.get("198.51.100.7".parse().unwrap()), None);
+    ip(&["-n", &ns.a, "route", "add", "198.51.100.0/24", "via", "192.0.2.2"]);
+    assert!(settles(&paths, "198.51.100.7", |h| h.is_some()), "a new route");
+    ip(&["-n", &ns.a, "route", "del", "198.51.100.0/24"]);
+    assert!(settles(&paths, "198.51.100.7", |h| h.is_none()), "the route gone");
+}

@@ -7,11 +7,14 @@
 //! leaves with the process, and count its verdicts ([`bpf`]); the headers Ordo writes in
 //! front of what it sends ([`frame`]). The sockets, their UMEM and rings are the `xdp`
 //! crate's (tests/xdp.rs receives and sends through them on veth). How a datagram leaves
-//! (route, source, hardware addresses) is the kernel's answer ([`route`]). Not yet: keeping
-//! those answers current for the data plane, and the port itself (`Outer = xdp`).
+//! (route, source, hardware addresses) is the kernel's answer ([`route`]), kept current for
+//! the sending threads by a thread of its own ([`paths`]). Not yet: the port itself
+//! (`Outer = xdp`), whose design waits on one question: a socket takes frames only from the
+//! NIC queue it is bound to, which the sender's hash picks, not Ordo's receiver index.
 
 pub mod bpf;
 pub mod filter;
 pub mod frame;
 pub mod insn;
+pub mod paths;
 pub mod route;

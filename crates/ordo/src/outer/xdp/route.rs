@@ -54,39 +54,42 @@ impl Routes {
         Ok(Routes { rt, handle })
     }
 
-    /// How a datagram to `to` leaves; None when no route reaches it, or it leaves by an
-    /// interface without an Ethernet address (a tunnel, loopback), where AF_XDP has no say.
+    /// How a datagram to `to` leaves (see [`hop`]).
     pub fn hop(&self, to: IpAddr) -> io::Result<Option<Hop>> {
-        let Some(route) = self.rt.block_on(route_get(self.handle.clone(), to))? else {
-            return Ok(None);
-        };
-        let (mut ifindex, mut source, mut gateway) = (None, None, None);
-        for a in &route.attributes {
-            match a {
-                RouteAttribute::Oif(i) => ifindex = Some(*i),
-                RouteAttribute::PrefSource(s) => source = ip_of(s),
-                RouteAttribute::Gateway(g) => gateway = ip_of(g),
-                _ => {}
-            }
-        }
-        let (Some(ifindex), Some(source)) = (ifindex, source) else {
-            return Ok(None);
-        };
-        let Some(from_mac) = self.rt.block_on(link_mac(self.handle.clone(), ifindex))? else {
-            return Ok(None);
-        };
-        let next_hop = gateway.unwrap_or(to);
-        let to_mac = self
-            .rt
-            .block_on(neighbour_mac(self.handle.clone(), ifindex, next_hop))?;
-        Ok(Some(Hop {
-            ifindex,
-            source,
-            next_hop,
-            from_mac,
-            to_mac,
-        }))
+        self.rt.block_on(hop(self.handle.clone(), to))
     }
+}
+
+/// How a datagram to `to` leaves; None when no route reaches it, or it leaves by an
+/// interface without an Ethernet address (a tunnel, loopback), where AF_XDP has no say.
+pub async fn hop(handle: Handle, to: IpAddr) -> io::Result<Option<Hop>> {
+    let Some(route) = route_get(handle.clone(), to).await? else {
+        return Ok(None);
+    };
+    let (mut ifindex, mut source, mut gateway) = (None, None, None);
+    for a in &route.attributes {
+        match a {
+            RouteAttribute::Oif(i) => ifindex = Some(*i),
+            RouteAttribute::PrefSource(s) => source = ip_of(s),
+            RouteAttribute::Gateway(g) => gateway = ip_of(g),
+            _ => {}
+        }
+    }
+    let (Some(ifindex), Some(source)) = (ifindex, source) else {
+        return Ok(None);
+    };
+    let Some(from_mac) = link_mac(handle.clone(), ifindex).await? else {
+        return Ok(None);
+    };
+    let next_hop = gateway.unwrap_or(to);
+    let to_mac = neighbour_mac(handle, ifindex, next_hop).await?;
+    Ok(Some(Hop {
+        ifindex,
+        source,
+        next_hop,
+        from_mac,
+        to_mac,
+    }))
 }
 
 fn ip_of(a: &RouteAddress) -> Option<IpAddr> {
