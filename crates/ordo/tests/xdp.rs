@@ -209,6 +209,31 @@ fn send_from(ns: &str, datagrams: &[(u16, &str)]) {
     assert!(ok, "python3 sent");
 }
 
+/// An AF_XDP socket in copy mode on queue 0 of interface `index`, with a UMEM of 64 frames.
+/// Declared in drop order: the socket and its rings go before the UMEM they use.
+struct Xsk {
+    socket: xdp::socket::XdpSocket,
+    rings: xdp::WakableRings,
+    umem: xdp::Umem,
+}
+
+impl Xsk {
+    fn on(index: u32) -> Xsk {
+        let cfg = xdp::umem::UmemCfgBuilder {
+            frame_count: 64,
+            ..Default::default()
+        };
+        let umem = xdp::Umem::map(cfg.build().unwrap()).unwrap();
+        let mut builder = xdp::socket::XdpSocketBuilder::new().unwrap();
+        let (rings, mut flags) = builder
+            .build_wakable_rings(&umem, xdp::RingConfigBuilder::default().build().unwrap())
+            .unwrap();
+        flags.force_copy();
+        let socket = builder.bind(xdp::nic::NicIndex::new(index), 0, flags).unwrap();
+        Xsk { socket, rings, umem }
+    }
+}
+
 /// An AF_XDP socket on veth-a's queue 0 in the program's socket map: datagrams to Ordo's
 /// port and address arrive there, byte for byte, and nowhere else; a datagram to another
 /// port reaches the kernel's socket, and ping works, through the same program.
@@ -227,20 +252,10 @@ fn ordos_datagrams_reach_its_xdp_socket_and_the_rest_the_kernel() {
         .set_read_timeout(Some(std::time::Duration::from_secs(3)))
         .unwrap();
 
-    let cfg = xdp::umem::UmemCfgBuilder {
-        frame_count: 64,
-        ..Default::default()
-    };
-    let mut umem = xdp::Umem::map(cfg.build().unwrap()).unwrap();
-    let mut builder = xdp::socket::XdpSocketBuilder::new().unwrap();
-    let (mut rings, mut flags) = builder
-        .build_wakable_rings(&umem, xdp::RingConfigBuilder::default().build().unwrap())
-        .unwrap();
-    flags.force_copy();
-    let socket = builder.bind(xdp::nic::NicIndex::new(index), 0, flags).unwrap();
-    // SAFETY: the UMEM outlives the socket and its rings (dropped in reverse order).
-    unsafe { rings.fill_ring.enqueue(&mut umem, 32, true).unwrap() };
-    sockets.set_socket(0, socket.as_raw_fd()).unwrap();
+    let mut xsk = Xsk::on(index);
+    // SAFETY: the UMEM outlives the socket and its rings (Xsk's drop order).
+    unsafe { xsk.rings.fill_ring.enqueue(&mut xsk.umem, 32, true).unwrap() };
+    sockets.set_socket(0, xsk.socket.as_raw_fd()).unwrap();
     let _link = Link::xdp(&program, index, XdpMode::Native).expect("veth takes native XDP");
 
     send_from(
@@ -250,20 +265,22 @@ fn ordos_datagrams_reach_its_xdp_socket_and_the_rest_the_kernel() {
 
     let mut got = Vec::new();
     let mut slab = HeapSlab::with_capacity(16);
-    let rx = rings.rx_ring.as_mut().unwrap();
+    let rx = xsk.rings.rx_ring.as_mut().unwrap();
     for _ in 0..30 {
         if got.len() == 3 {
             break;
         }
-        let _ = socket.poll_read(xdp::socket::PollTimeout::new(Some(std::time::Duration::from_millis(
-            100,
-        ))));
+        let _ = xsk
+            .socket
+            .poll_read(xdp::socket::PollTimeout::new(Some(std::time::Duration::from_millis(
+                100,
+            ))));
         // SAFETY: the packets are freed back to the UMEM before it goes.
-        unsafe { rx.recv(&umem, &mut slab) };
+        unsafe { rx.recv(&xsk.umem, &mut slab) };
         while let Some(p) = slab.pop_back() {
             // Ethernet 14, IPv4 20, UDP 8: the payload follows.
             got.push(String::from_utf8_lossy(&p[42..]).into_owned());
-            umem.free_packet(p);
+            xsk.umem.free_packet(p);
         }
     }
     got.sort();
@@ -335,31 +352,21 @@ fn frames_it_writes_reach_a_kernel_socket_across_the_link() {
     };
     enter(&ns.a);
     let index = ifindex("veth-a");
-    let cfg = xdp::umem::UmemCfgBuilder {
-        frame_count: 64,
-        ..Default::default()
-    };
-    let mut umem = xdp::Umem::map(cfg.build().unwrap()).unwrap();
-    let mut builder = xdp::socket::XdpSocketBuilder::new().unwrap();
-    let (mut rings, mut flags) = builder
-        .build_wakable_rings(&umem, xdp::RingConfigBuilder::default().build().unwrap())
-        .unwrap();
-    flags.force_copy();
-    let _socket = builder.bind(xdp::nic::NicIndex::new(index), 0, flags).unwrap();
+    let mut xsk = Xsk::on(index);
 
     let payloads: Vec<Vec<u8>> = (1..=3u8).map(|i| vec![i; 100 * usize::from(i) + 1]).collect();
     let mut slab = HeapSlab::with_capacity(4);
     for p in &payloads {
         // SAFETY: the packet goes back to the UMEM (through the completion ring) before the
         // UMEM is dropped.
-        let mut packet = unsafe { umem.alloc() }.unwrap();
+        let mut packet = unsafe { xsk.umem.alloc() }.unwrap();
         let mut frame = vec![0u8; header_len(&path) + p.len()];
         frame[header_len(&path)..].copy_from_slice(p);
         assert!(write_headers(&path, &mut frame));
         packet.append(&frame).unwrap();
         assert!(slab.push_front(packet).is_none());
     }
-    let tx = rings.tx_ring.as_mut().unwrap();
+    let tx = xsk.rings.tx_ring.as_mut().unwrap();
     // SAFETY: as above.
     assert_eq!(unsafe { tx.send(&mut slab, true) }.unwrap(), 3);
 
@@ -371,7 +378,7 @@ fn frames_it_writes_reach_a_kernel_socket_across_the_link() {
     }
     let mut done = 0;
     for _ in 0..100 {
-        done += rings.completion_ring.dequeue(&mut umem, 64);
+        done += xsk.rings.completion_ring.dequeue(&mut xsk.umem, 64);
         if done == 3 {
             break;
         }

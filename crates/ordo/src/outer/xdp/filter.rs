@@ -113,6 +113,12 @@ impl Filter {
             a.add_imm(R4, len);
             a.jump_reg(Cmp::Gt, R4, R3, truncated);
         };
+        // The UDP header after an IP header that ends at `l3_end`: to Ordo's port goes on.
+        let to_port = |a: &mut Asm, l3_end: i32| {
+            need(a, l3_end + UDP_LEN);
+            a.load(Size::U16, R5, R2, (l3_end + 2) as i16);
+            a.jump32_imm(Cmp::Eq, R5, wire16(self.port), ours);
+        };
         need(&mut a, ETH_LEN);
         a.load(Size::U16, R5, R2, ETH_TYPE);
         a.jump32_imm(Cmp::Eq, R5, wire16(0x0800), ipv4);
@@ -154,9 +160,7 @@ impl Filter {
             }
             verdict(&mut a, Verdict::NotOurs, pass);
             a.place(addressed4);
-            need(&mut a, V4_END + UDP_LEN);
-            a.load(Size::U16, R5, R2, (V4_END + 2) as i16);
-            a.jump32_imm(Cmp::Eq, R5, wire16(self.port), ours);
+            to_port(&mut a, V4_END);
         }
         verdict(&mut a, Verdict::NotOurs, pass);
 
@@ -188,9 +192,7 @@ impl Filter {
             }
             verdict(&mut a, Verdict::NotOurs, pass);
             a.place(addressed6);
-            need(&mut a, V6_END + UDP_LEN);
-            a.load(Size::U16, R5, R2, (V6_END + 2) as i16);
-            a.jump32_imm(Cmp::Eq, R5, wire16(self.port), ours);
+            to_port(&mut a, V6_END);
         }
         verdict(&mut a, Verdict::NotOurs, pass);
 
