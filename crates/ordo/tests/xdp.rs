@@ -497,3 +497,51 @@ fn the_answers_follow_the_kernel() {
     ip(&["-n", &ns.a, "route", "del", "198.51.100.0/24"]);
     assert!(settles(&paths, "198.51.100.7", |h| h.is_none()), "the route gone");
 }
+
+/// The program goes on natively where the driver can (veth), in generic mode where it
+/// cannot (loopback), not over another program (Busy), and not at all without the
+/// privileges, each refusal with a reason the caller can print before carrying on over UDP.
+#[test]
+fn attach_chooses_the_mode_and_says_why_not() {
+    use ordo::outer::xdp::attach::{attach, zero_copy, Mode, Unavailable};
+    let ns = Namespaces::new("attach");
+    enter(&ns.a);
+    let filter = Filter {
+        port: 51820,
+        addresses: vec!["192.0.2.1".parse().unwrap()],
+    };
+    let veth = attach(ifindex("veth-a"), &filter, 2).unwrap();
+    assert_eq!(veth.mode, Mode::Native);
+    let lo = attach(ifindex("lo"), &filter, 2).unwrap();
+    assert_eq!(lo.mode, Mode::Generic);
+    assert!(ip(&["-n", &ns.a, "link", "show", "dev", "lo"]).contains("xdpgeneric"));
+    match attach(ifindex("veth-a"), &filter, 2) {
+        Err(e @ Unavailable::Busy) => assert!(e.to_string().contains("another XDP program")),
+        other => panic!("a second program on veth-a: {:?}", other.map(|a| a.mode)),
+    }
+    // veth has no zero-copy: its sockets copy.
+    let xsk = Xsk::on(ifindex("veth-a"));
+    assert!(!zero_copy(xsk.socket.as_raw_fd()).unwrap());
+    drop((veth, lo));
+
+    // Capabilities are per thread: this one gives up those XDP needs.
+    let index = ifindex("veth-a");
+    let refused = std::thread::scope(|s| {
+        s.spawn(|| {
+            for c in [
+                caps::Capability::CAP_BPF,
+                caps::Capability::CAP_SYS_ADMIN,
+                caps::Capability::CAP_NET_ADMIN,
+            ] {
+                caps::drop(None, caps::CapSet::Effective, c).unwrap();
+            }
+            attach(index, &filter, 2).map(|a| a.mode)
+        })
+        .join()
+        .unwrap()
+    });
+    match refused {
+        Err(e @ Unavailable::NotPermitted(_)) => assert!(e.to_string().contains("CAP_BPF"), "{e}"),
+        other => panic!("without privileges: {other:?}"),
+    }
+}

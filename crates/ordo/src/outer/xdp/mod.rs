@@ -4,7 +4,8 @@
 //!
 //! Built so far: the program ([`filter`], from instructions [`insn`] assembles: no BPF
 //! compiler in the build); the kernel calls that load it, attach it with a BPF link that
-//! leaves with the process, and count its verdicts ([`bpf`]); the headers Ordo writes in
+//! leaves with the process, and count its verdicts ([`bpf`]); attaching in the best mode
+//! the interface allows, or saying why not ([`attach`]); the headers Ordo writes in
 //! front of what it sends ([`frame`]). The sockets, their UMEM and rings are the `xdp`
 //! crate's (tests/xdp.rs receives and sends through them on veth). How a datagram leaves
 //! (route, source, hardware addresses) is the kernel's answer ([`route`]), kept current for
@@ -12,6 +13,7 @@
 //! (`Outer = xdp`), whose design waits on one question: a socket takes frames only from the
 //! NIC queue it is bound to, which the sender's hash picks, not Ordo's receiver index.
 
+pub mod attach;
 pub mod bpf;
 pub mod filter;
 pub mod frame;
