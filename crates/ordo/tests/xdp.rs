@@ -545,3 +545,71 @@ fn attach_chooses_the_mode_and_says_why_not() {
         other => panic!("without privileges: {other:?}"),
     }
 }
+
+/// An XskQueue (outer/xdp/queue.rs) with Ordo's program: a peer's datagrams arrive as
+/// Datagrams with their source, and answers sent to that source on the path the kernel
+/// gives reach the peer's socket; a program in the other namespace checks them.
+#[test]
+fn an_xsk_queue_receives_and_answers() {
+    use ordo::outer::xdp::attach::attach;
+    use ordo::outer::xdp::frame::Path;
+    use ordo::outer::xdp::queue::XskQueue;
+    use ordo::outer::xdp::route::Routes;
+    let ns = Namespaces::new("queue");
+    enter(&ns.a);
+    let filter = Filter {
+        port: 51820,
+        addresses: vec!["192.0.2.1".parse().unwrap()],
+    };
+    let index = ifindex("veth-a");
+    let attached = attach(index, &filter, 1).unwrap();
+    let mut q = XskQueue::bind(index, 0).unwrap();
+    assert!(!q.zero_copy(), "veth copies");
+    attached.sockets.set_socket(0, q.as_raw_fd()).unwrap();
+    // The peer: three datagrams, then the answers, printed.
+    let peer = Command::new("ip")
+        .args(["netns", "exec", &ns.b, "python3", "-c"])
+        .arg(
+            "import socket\n\
+             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+             s.bind(('192.0.2.2', 40000))\n\
+             s.settimeout(5)\n\
+             for m in (b'one', b'two', b'three'):\n    s.sendto(m, ('192.0.2.1', 51820))\n\
+             for _ in range(3):\n    d, a = s.recvfrom(100)\n    print(d.decode(), a[0], a[1])\n",
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut got = Vec::new();
+    for _ in 0..50 {
+        if got.len() == 3 {
+            break;
+        }
+        let mut pfd = libc::pollfd {
+            fd: q.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, of the count passed.
+        unsafe { libc::poll(&mut pfd, 1, 100) };
+        assert_eq!(q.recv(&mut got), 0, "nothing malformed");
+    }
+    let sources: Vec<_> = got.iter().map(|d| d.src).collect();
+    assert_eq!(sources, vec!["192.0.2.2:40000".parse().unwrap(); 3]);
+    let hop = Routes::open().unwrap().hop(got[0].src.ip()).unwrap().unwrap();
+    let path = Path {
+        from_mac: hop.from_mac,
+        to_mac: hop.to_mac.expect("the peer's ARP taught the kernel its address"),
+        from: "192.0.2.1:51820".parse().unwrap(),
+        to: got[0].src,
+    };
+    let answers: Vec<Vec<u8>> = got.iter().map(|d| d.data.to_ascii_uppercase()).collect();
+    let refs: Vec<&[u8]> = answers.iter().map(|a| a.as_slice()).collect();
+    assert_eq!(q.send(&path, &refs), 3);
+    let out = peer.wait_with_output().unwrap();
+    assert!(out.status.success(), "the peer got its answers");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ONE 192.0.2.1 51820\nTWO 192.0.2.1 51820\nTHREE 192.0.2.1 51820\n"
+    );
+}

@@ -6,8 +6,8 @@
 //! compiler in the build); the kernel calls that load it, attach it with a BPF link that
 //! leaves with the process, and count its verdicts ([`bpf`]); attaching in the best mode
 //! the interface allows, or saying why not ([`attach`]); the headers Ordo writes in
-//! front of what it sends ([`frame`]). The sockets, their UMEM and rings are the `xdp`
-//! crate's (tests/xdp.rs receives and sends through them on veth). How a datagram leaves
+//! front of what it sends ([`frame`]); one AF_XDP socket with its UMEM and rings (the
+//! `xdp` crate's), receiving datagrams and sending frames ([`queue`]). How a datagram leaves
 //! (route, source, hardware addresses) is the kernel's answer ([`route`]), kept current for
 //! the sending threads by a thread of its own ([`paths`]). Not yet: the port itself
 //! (`Outer = xdp`), whose design waits on one question: a socket takes frames only from the
@@ -19,4 +19,5 @@ pub mod filter;
 pub mod frame;
 pub mod insn;
 pub mod paths;
+pub mod queue;
 pub mod route;

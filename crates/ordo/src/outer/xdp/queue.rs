@@ -1,0 +1,245 @@
+//! One AF_XDP socket with its UMEM and rings: the WireGuard datagrams of one NIC queue,
+//! received from the frames the XDP program redirected and sent as frames Ordo writes.
+//!
+//! The UMEM holds [`FRAMES`] frames of 4 KB (16 MB a queue): half lent to the kernel for
+//! receiving (the fill ring), half for sending. The socket is bound with need_wakeup, but the
+//! `xdp` crate does not expose the rings' flag, so each batch wakes the kernel.
+
+use super::frame::{header_len, write_headers, Path};
+use crate::port::Datagram;
+use bytes::BytesMut;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use xdp::slab::{HeapSlab, Slab};
+
+/// Frames in a queue's UMEM.
+pub const FRAMES: u32 = 4096;
+/// Frames kept in the fill ring for the kernel to receive into.
+const RECEIVE_FRAMES: usize = FRAMES as usize / 2;
+/// Frames received or sent per call.
+const BATCH: usize = 64;
+
+/// The socket, its rings and its memory, in drop order: the socket and rings go before the
+/// UMEM they use.
+pub struct XskQueue {
+    socket: xdp::socket::XdpSocket,
+    rings: xdp::WakableRings,
+    umem: xdp::Umem,
+    slab: HeapSlab,
+    /// Frames given to the kernel to send and not yet given back.
+    sending: usize,
+}
+
+/// Where a received datagram came from and where its payload lies in its frame.
+#[derive(Debug, PartialEq, Eq)]
+struct Received {
+    src: SocketAddr,
+    payload: std::ops::Range<usize>,
+}
+
+/// Reads a frame the program redirected: Ethernet, IPv4 without options or IPv6, UDP. None
+/// for anything else, or lengths that do not add up.
+fn parse(frame: &[u8]) -> Option<Received> {
+    let ethertype = u16::from_be_bytes(frame.get(12..14)?.try_into().ok()?);
+    let (src, udp_at, ip_end): (IpAddr, usize, usize) = match ethertype {
+        0x0800 => {
+            let ip = frame.get(14..34)?;
+            if ip[0] != 0x45 || ip[9] != 17 {
+                return None;
+            }
+            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+            let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+            (src.into(), 34, 14 + total)
+        }
+        0x86dd => {
+            let ip = frame.get(14..54)?;
+            if ip[6] != 17 {
+                return None;
+            }
+            let payload = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+            let src: [u8; 16] = ip[8..24].try_into().ok()?;
+            (Ipv6Addr::from(src).into(), 54, 54 + payload)
+        }
+        _ => return None,
+    };
+    let udp = frame.get(udp_at..udp_at + 8)?;
+    let len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+    // The IP length may be less than the frame (Ethernet pads short frames), never more;
+    // UDP's must end where IP's does.
+    if ip_end > frame.len() || len < 8 || udp_at + len != ip_end {
+        return None;
+    }
+    let port = u16::from_be_bytes([udp[0], udp[1]]);
+    Some(Received {
+        src: SocketAddr::new(src, port),
+        payload: udp_at + 8..ip_end,
+    })
+}
+
+impl XskQueue {
+    /// A socket on NIC queue `queue` of interface `ifindex`: zero-copy where the driver
+    /// offers it, else copy mode.
+    pub fn bind(ifindex: u32, queue: u32) -> io::Result<XskQueue> {
+        let open = |zero_copy: bool| -> io::Result<XskQueue> {
+            let cfg = xdp::umem::UmemCfgBuilder {
+                frame_count: FRAMES,
+                ..Default::default()
+            };
+            let umem = xdp::Umem::map(cfg.build().map_err(io::Error::other)?)?;
+            let mut builder = xdp::socket::XdpSocketBuilder::new().map_err(io::Error::other)?;
+            let rings_cfg = xdp::RingConfigBuilder::default().build().map_err(io::Error::other)?;
+            let (rings, mut flags) = builder
+                .build_wakable_rings(&umem, rings_cfg)
+                .map_err(io::Error::other)?;
+            if zero_copy {
+                flags.force_zerocopy();
+            } else {
+                flags.force_copy();
+            }
+            let socket = builder
+                .bind(xdp::nic::NicIndex::new(ifindex), queue, flags)
+                .map_err(io::Error::other)?;
+            let mut q = XskQueue {
+                socket,
+                rings,
+                umem,
+                slab: HeapSlab::with_capacity(BATCH),
+                sending: 0,
+            };
+            // SAFETY: the frames lent stay in this queue's UMEM, which outlives its socket.
+            unsafe { q.rings.fill_ring.enqueue(&mut q.umem, RECEIVE_FRAMES, true)? };
+            Ok(q)
+        };
+        open(true).or_else(|_| open(false))
+    }
+
+    /// Whether the socket runs zero-copy.
+    pub fn zero_copy(&self) -> bool {
+        super::attach::zero_copy(self.socket.as_raw_fd()).unwrap_or(false)
+    }
+
+    /// Appends the datagrams received (each payload copied out of its frame, which goes back
+    /// to the kernel); returns how many frames were not datagrams of ours (dropped).
+    pub fn recv(&mut self, out: &mut Vec<Datagram>) -> usize {
+        let Some(rx) = self.rings.rx_ring.as_mut() else {
+            return 0;
+        };
+        // SAFETY: the packets go back to this UMEM below, before it can go.
+        let n = unsafe { rx.recv(&self.umem, &mut self.slab) };
+        let mut malformed = 0;
+        while let Some(frame) = self.slab.pop_back() {
+            match parse(&frame) {
+                Some(r) => out.push(Datagram {
+                    data: BytesMut::from(&frame[r.payload]),
+                    src: r.src,
+                }),
+                None => malformed += 1,
+            }
+            self.umem.free_packet(frame);
+        }
+        if n > 0 {
+            // SAFETY: as above. The `xdp` crate does not read the rings' need-wakeup flag, so
+            // each refill wakes the kernel (a system call a batch).
+            let _ = unsafe { self.rings.fill_ring.enqueue(&mut self.umem, n, true) };
+        }
+        malformed
+    }
+
+    /// Sends each payload to `path.to` in a frame of its own; returns how many went (fewer
+    /// when the ring or the UMEM is full: the caller counts the rest as dropped).
+    pub fn send(&mut self, path: &Path, payloads: &[&[u8]]) -> usize {
+        self.complete();
+        let Some(tx) = self.rings.tx_ring.as_mut() else {
+            return 0;
+        };
+        let hdr = header_len(path);
+        let mut queued = 0;
+        for chunk in payloads.chunks(BATCH) {
+            for p in chunk {
+                // SAFETY: the frame goes back to this UMEM through the completion ring, or
+                // below when it cannot be sent.
+                let Some(mut frame) = (unsafe { self.umem.alloc() }) else {
+                    break;
+                };
+                if frame.adjust_tail((hdr + p.len()) as i32).is_err() {
+                    self.umem.free_packet(frame);
+                    continue;
+                }
+                frame[hdr..].copy_from_slice(p);
+                if !write_headers(path, &mut frame) {
+                    self.umem.free_packet(frame);
+                    continue;
+                }
+                if let Some(back) = self.slab.push_front(frame) {
+                    self.umem.free_packet(back);
+                }
+            }
+            let ready = self.slab.len();
+            // SAFETY: as above. A wake-up each batch, as for the fill ring.
+            let sent = unsafe { tx.send(&mut self.slab, true) }.unwrap_or(0);
+            queued += sent;
+            self.sending += sent;
+            // What the ring did not take goes back.
+            while let Some(frame) = self.slab.pop_back() {
+                self.umem.free_packet(frame);
+            }
+            if sent < ready {
+                break;
+            }
+        }
+        queued
+    }
+
+    /// Takes back the frames the kernel has sent.
+    fn complete(&mut self) {
+        if self.sending > 0 {
+            let done = self.rings.completion_ring.dequeue(&mut self.umem, self.sending);
+            self.sending -= done;
+        }
+    }
+}
+
+impl AsRawFd for XskQueue {
+    fn as_raw_fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_to(path: &Path, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; header_len(path) + payload.len()];
+        f[header_len(path)..].copy_from_slice(payload);
+        assert!(write_headers(path, &mut f));
+        f
+    }
+
+    #[test]
+    fn a_frame_ordo_writes_parses_back_to_its_source_and_payload() {
+        for (from, to) in [
+            ("192.0.2.2:40000", "192.0.2.1:51820"),
+            ("[fd00::2]:40000", "[fd00::1]:51820"),
+        ] {
+            let path = Path {
+                from_mac: [2, 0, 0, 0, 0, 2],
+                to_mac: [2, 0, 0, 0, 0, 1],
+                from: from.parse().unwrap(),
+                to: to.parse().unwrap(),
+            };
+            let f = frame_to(&path, b"a message");
+            let r = parse(&f).expect("ours");
+            assert_eq!(r.src, path.from);
+            assert_eq!(&f[r.payload], b"a message");
+            // Ethernet padding after the datagram is not payload.
+            let mut padded = f.clone();
+            padded.extend_from_slice(&[0; 9]);
+            assert_eq!(&padded[parse(&padded).unwrap().payload], b"a message");
+            // Cut short: not a datagram.
+            assert_eq!(parse(&f[..f.len() - 1]), None);
+        }
+        assert_eq!(parse(&[0u8; 10]), None);
+    }
+}
