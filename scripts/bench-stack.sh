@@ -21,6 +21,11 @@
 # through both paths. stream and loss also run the TUN path with the kernel's TCP on CUBIC
 # (tun-cubic), the stack's algorithm, beside the kernel's default (tun).
 #
+# PERF_DIR=DIR (with CPUS_A; needs perf) records `perf record -g` of host A's CPUs during each stream or
+# loss run, to DIR/PATH[-R].data (the last run of each path and direction is kept): where
+# A's CPU goes on each path (`perf report -i FILE --no-children --sort dso,sym`). The CPU
+# columns then include perf's own sampling.
+#
 # CPUS_A=0 CPUS_B=1 (taskset lists) confine each host's processes (daemons, `ordo run`,
 # clients, servers) to those CPUs: two hosts of their own instead of two sharing the
 # machine's CPUs, where each run's peer lands on a queue whose CPU the other host's may be
@@ -175,7 +180,14 @@ run() {
     [[ $path == stack ]] && cmd=("$ORDO" run -c "$CONF" -- "${cmd[@]}")
     d0=$(daemon_ticks)
     read -r m0 t0 < <(machine_ticks)
+    local perf=
+    if [[ -n ${PERF_DIR:-} ]]; then
+        perf record -q -g -C "${CPUS_A:?PERF_DIR needs CPUS_A}" -o "$PERF_DIR/$path$dir.data" \
+            -- sleep "$DURATION" >/dev/null 2>&1 &
+        perf=$!
+    fi
     ip netns exec "$NS_A" "${PIN_A[@]}" bash -c '"${@:2}" >"$1"; times >"$1.times"' _ "$OUT" "${cmd[@]}"
+    [[ -n $perf ]] && wait "$perf"
     read -r m1 t1 < <(machine_ticks)
     d1=$(daemon_ticks)
     python3 - "$OUT" "$DURATION" "$d0" "$d1" "$m0" "$m1" "$(getconf CLK_TCK)" <<'EOF'

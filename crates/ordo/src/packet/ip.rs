@@ -123,10 +123,8 @@ pub fn ip_same(first: &[u8], next: &[u8], v6: bool) -> bool {
 /// the header checksum. Returns the pseudo-header sum for the transport checksum of protocol
 /// `proto`.
 pub fn fix_ip(q: &mut [u8], v6: bool, ip_len: usize, total: usize, id: Option<u16>, proto: u8) -> u32 {
-    let l4 = total - ip_len;
     if v6 {
         q[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
-        sum16(sum16(0, &q[8..40]), &[0, 0, (l4 >> 8) as u8, l4 as u8, 0, 0, 0, proto])
     } else {
         q[2..4].copy_from_slice(&(total as u16).to_be_bytes());
         if let Some(id) = id {
@@ -135,18 +133,37 @@ pub fn fix_ip(q: &mut [u8], v6: bool, ip_len: usize, total: usize, id: Option<u1
         q[10..12].fill(0);
         let c = !fold(sum16(0, &q[..ip_len]));
         q[10..12].copy_from_slice(&c.to_be_bytes());
+    }
+    pseudo_sum(q, v6, total - ip_len, proto)
+}
+
+/// The pseudo-header sum (RFC 9293 §3.1, RFC 8200 §8.1) of `l4` bytes of protocol `proto`
+/// behind the IP header at the start of `q`: its addresses, the protocol and the length.
+pub fn pseudo_sum(q: &[u8], v6: bool, l4: usize, proto: u8) -> u32 {
+    if v6 {
+        sum16(sum16(0, &q[8..40]), &[0, 0, (l4 >> 8) as u8, l4 as u8, 0, 0, 0, proto])
+    } else {
         sum16(sum16(0, &q[12..20]), &[0, proto, (l4 >> 8) as u8, l4 as u8])
     }
 }
 
-/// Whether the TCP segment `p` (as [`tcp_of`] read it) has the right checksum over its
-/// pseudo-header (RFC 9293 §3.1, RFC 8200 §8.1), header and payload.
-pub fn tcp_checksum_ok(p: &[u8], t: &Tcp) -> bool {
-    let l4 = p.len() - t.ip_len;
-    let pseudo = if t.v6 {
-        sum16(sum16(0, &p[8..40]), &[0, 0, (l4 >> 8) as u8, l4 as u8, 0, 0, 0, 6])
-    } else {
-        sum16(sum16(0, &p[12..20]), &[0, 6, (l4 >> 8) as u8, l4 as u8])
+/// Finishes the UDP datagram `u` (header and payload) behind an IP header whose
+/// pseudo-header sum is `pseudo`: its length and checksum, a computed zero sent as all ones
+/// (zero means "none", RFC 768).
+pub fn fix_udp(u: &mut [u8], pseudo: u32) {
+    let len = u.len() as u16;
+    u[4..6].copy_from_slice(&len.to_be_bytes());
+    u[6..8].fill(0);
+    let c = match !fold(sum16(pseudo, u)) {
+        0 => 0xffff,
+        c => c,
     };
+    u[6..8].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Whether the TCP segment `p` (as [`tcp_of`] read it) has the right checksum over its
+/// pseudo-header, header and payload.
+pub fn tcp_checksum_ok(p: &[u8], t: &Tcp) -> bool {
+    let pseudo = pseudo_sum(p, t.v6, p.len() - t.ip_len, 6);
     fold(sum16(pseudo, &p[t.ip_len..])) == 0xffff
 }

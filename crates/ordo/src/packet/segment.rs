@@ -2,7 +2,7 @@
 //! NIC would: headers copied, lengths, IDs, sequence numbers and every checksum computed.
 
 use super::checksum::{fold, sum16};
-use super::ip::{fix_ip, TCP_PSH};
+use super::ip::{fix_ip, fix_udp, TCP_PSH};
 use super::{Offload, PartialChecksum, Segmentation};
 
 /// One segment's buffer: `headroom` zero bytes, the big packet's headers, the payload chunk,
@@ -58,17 +58,8 @@ pub fn segment_uso(o: Offload, p: &[u8], headroom: usize, out: &mut Vec<Vec<u8>>
     for (i, chunk) in p[hdr..].chunks(o.segment_size as usize).enumerate() {
         let mut s = segment_copy(&p[..hdr], chunk, headroom);
         let q = &mut s[headroom..];
-        let udp_len = q.len() - ip_len;
         let pseudo = fix_ip(q, v6, ip_len, q.len(), Some(id.wrapping_add(i as u16)), 17);
-        let u = &mut q[ip_len..];
-        u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-        u[6..8].fill(0);
-        // A computed UDP checksum of zero is sent as all ones (zero means "none").
-        let c = match !fold(sum16(pseudo, u)) {
-            0 => 0xffff,
-            c => c,
-        };
-        u[6..8].copy_from_slice(&c.to_be_bytes());
+        fix_udp(&mut q[ip_len..], pseudo);
         out.push(s);
     }
     true

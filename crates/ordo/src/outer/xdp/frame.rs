@@ -3,7 +3,7 @@
 //! checksum is computed for both families: IPv6 requires it (RFC 8200 §8.1), and on IPv4 a
 //! receiver may verify what it is given.
 
-use crate::packet::checksum::{fold, sum16};
+use crate::packet::ip::{fix_ip, fix_udp};
 use std::net::{IpAddr, SocketAddr};
 
 /// Where a datagram goes on the link and in the network: the kernel's route and neighbour
@@ -37,63 +37,45 @@ pub fn write_headers(path: &Path, frame: &mut [u8]) -> bool {
     if frame.len() < hdr || udp_len > usize::from(u16::MAX) - 40 || path.from.is_ipv6() != path.to.is_ipv6() {
         return false;
     }
-    let (eth, rest) = frame.split_at_mut(ETH_LEN);
+    let (eth, ip) = frame.split_at_mut(ETH_LEN);
     eth[0..6].copy_from_slice(&path.to_mac);
     eth[6..12].copy_from_slice(&path.from_mac);
-    let (pseudo, ip_len) = match (path.from.ip(), path.to.ip()) {
+    let (v6, ip_len) = match (path.from.ip(), path.to.ip()) {
         (IpAddr::V4(from), IpAddr::V4(to)) => {
             eth[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-            let ip = &mut rest[..20];
             ip[0] = 0x45;
             ip[1] = 0;
-            ip[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
-            // ID 0 with don't-fragment, as RFC 6864 allows for atomic datagrams.
-            ip[4..6].fill(0);
+            // ID 0 (set below) with don't-fragment, as RFC 6864 allows for atomic datagrams.
             ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
             ip[8] = HOPS;
             ip[9] = 17;
-            ip[10..12].fill(0);
             ip[12..16].copy_from_slice(&from.octets());
             ip[16..20].copy_from_slice(&to.octets());
-            let c = !fold(sum16(0, ip));
-            ip[10..12].copy_from_slice(&c.to_be_bytes());
-            let pseudo = sum16(sum16(0, &ip[12..20]), &[0, 17, (udp_len >> 8) as u8, udp_len as u8]);
-            (pseudo, 20)
+            (false, 20)
         }
         (IpAddr::V6(from), IpAddr::V6(to)) => {
             eth[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
-            let ip = &mut rest[..40];
             ip[0..4].copy_from_slice(&0x6000_0000u32.to_be_bytes());
-            ip[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
             ip[6] = 17;
             ip[7] = HOPS;
             ip[8..24].copy_from_slice(&from.octets());
             ip[24..40].copy_from_slice(&to.octets());
-            let pseudo = sum16(
-                sum16(0, &ip[8..40]),
-                &[0, 0, (udp_len >> 8) as u8, udp_len as u8, 0, 0, 0, 17],
-            );
-            (pseudo, 40)
+            (true, 40)
         }
         _ => unreachable!("families checked above"),
     };
-    let udp = &mut rest[ip_len..];
+    let pseudo = fix_ip(ip, v6, ip_len, ip_len + udp_len, Some(0), 17);
+    let udp = &mut ip[ip_len..];
     udp[0..2].copy_from_slice(&path.from.port().to_be_bytes());
     udp[2..4].copy_from_slice(&path.to.port().to_be_bytes());
-    udp[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    udp[6..8].fill(0);
-    // A sum of zero goes as all ones: zero means "no checksum" (RFC 768).
-    let c = match !fold(sum16(pseudo, udp)) {
-        0 => 0xffff,
-        c => c,
-    };
-    udp[6..8].copy_from_slice(&c.to_be_bytes());
+    fix_udp(udp, pseudo);
     true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::packet::checksum::{fold, sum16};
     use crate::packet::fixtures::udp_checksum_ok;
 
     fn path(from: &str, to: &str) -> Path {
