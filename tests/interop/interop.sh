@@ -995,6 +995,111 @@ assert replays == f["sent"], "each replay refused as one"
 EOF
 }
 
+# ---- Outer = xdp: AF_XDP beside the kernel (issue 21) --------------------------------------
+
+# same_digests RESULT WHAT: tcp_sha256's two digests are one.
+same_digests() { [[ -n "${1%% *}" && "${1%% *}" == "${1##* }" ]] || fail "$2: sent and received digests differ: $1"; }
+
+# settled_field IFNAME FIELD: the field once it stopped changing (at most 5 s).
+settled_field() {
+    local last=-1 now
+    for _ in $(seq 50); do
+        now=$(dump_field "$1" "$2")
+        [[ $now == "$last" ]] && break
+        last=$now
+        sleep 0.1
+    done
+    echo "$now"
+}
+
+# ordo_pid NS: the Ordo daemon of namespace NS.
+# (Not its UAPI janitor, a process of its own that holds nothing of the data plane.)
+ordo_pid() { ip netns pids "$1" | xargs -r ps -o pid=,comm=,args= -p | awk '$2 == "ordo" && !/uapi-janitor/ {print $1}'; }
+
+# t_xdp PEER FAMILY MODE: Ordo's end runs Outer = xdp (in MODE: native or generic) over IPv4
+# or IPv6 outer addresses. Both ways carry the bytes sent, by AF_XDP (the program's and the
+# port's counters), with nothing lost: every byte the peer sent Ordo counted as received.
+# While the tunnel carries a transfer, the host's own traffic is unharmed: it answers ping
+# on its outer addresses, serves a TCP connection on another port and resolves neighbours.
+t_xdp() {
+    local peer=$1 family=$2 mode=$3
+    export ORDO_OUTER=xdp ORDO_XDP_MODE=$mode
+    OUTER_FAMILY=$family tunnel ordo "$peer"
+    local shown
+    shown=$("$ORDO" show "$IF_A" | grep "outer path") || true
+    [[ $shown == *"xdp on veth-a ($mode, copy"* ]] || fail "not on AF_XDP in $mode mode: $shown"
+    ping_ok "$NS_A" "$IN_B" || fail "IPv4 ping A->B"
+    ping_ok "$NS_B" "$IN6_A" || fail "IPv6 ping B->A"
+    local r rx0 tx0
+    rx0=$(dump_field "$IF_A" rx); tx0=$(dump_field "$IF_B" tx)
+    r=$(tcp_sha256 "$NS_A" "$IN_A" "$NS_B"); same_digests "$r" "into Ordo"
+    r=$(tcp_sha256 "$NS_B" "$IN_B" "$NS_A"); same_digests "$r" "out of Ordo"
+    local rx tx
+    rx=$(( $(settled_field "$IF_A" rx) - rx0 )); tx=$(( $(dump_field "$IF_B" tx) - tx0 ))
+    log "    the peer sent $tx B, Ordo received $rx B"
+    [[ $peer == boringtun || $rx -eq $tx ]] || fail "datagrams lost: the peer sent $tx B, Ordo received $rx B"
+    local taken sent
+    taken=$(ordo_counter "$IF_A" xdp_to_socket); sent=$(ordo_counter "$IF_A" xdp_sent)
+    log "    by AF_XDP: $taken frames received, $sent datagrams sent; passed as too long: $(ordo_counter "$IF_A" xdp_passed_too_long)"
+    ((taken > 1000 && sent > 1000)) || fail "not by AF_XDP: $taken received, $sent sent"
+    [[ $(ordo_counter "$IF_A" drop_xdp_malformed) -eq 0 ]] || fail "frames dropped as malformed"
+    # The host's own traffic, during a transfer through the tunnel.
+    ip netns exec "$NS_A" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
+    for _ in $(seq 50); do ip netns exec "$NS_A" ss -ltn | grep ':5201 ' >/dev/null && break; sleep 0.1; done
+    ip netns exec "$NS_B" iperf3 -c "$IN_A" -p 5201 -t 4 >/dev/null 2>&1 &
+    local load=$!
+    ip -n "$NS_A" neigh flush dev veth-a
+    ping_ok "$NS_B" "$OUT_A" || fail "the host's IPv4 address did not answer ping"
+    ping_ok "$NS_B" "$OUT6_A" || fail "the host's IPv6 address did not answer ping"
+    ping_ok "$NS_A" "$OUT_B" || fail "the host did not resolve its IPv4 neighbour"
+    ping_ok "$NS_A" "$OUT6_B" || fail "the host did not resolve its IPv6 neighbour"
+    r=$(tcp_sha256 "$NS_A" "$OUT_A" "$NS_B"); same_digests "$r" "a TCP connection to the host"
+    wait "$load" || fail "the transfer through the tunnel failed"
+    [[ $(ordo_counter "$IF_A" xdp_passed_not_udp) -gt 0 ]] || fail "the program saw none of the host's own traffic"
+}
+
+# The daemon killed with SIGKILL leaves no XDP program on the interface: the next datagrams
+# reach the kernel, and a new Ordo attaches again.
+t_xdp_sigkill() {
+    export ORDO_OUTER=xdp
+    tunnel ordo wireguard-go
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    ip -n "$NS_A" link show dev veth-a | grep "prog/xdp" >/dev/null || fail "no program on veth-a"
+    local pid
+    pid=$(ordo_pid "$NS_A")
+    [[ -n $pid ]] || fail "no Ordo daemon in $NS_A"
+    kill -KILL "$pid"
+    local gone=0
+    for _ in $(seq 50); do
+        ip -n "$NS_A" link show dev veth-a | grep "xdp" >/dev/null || { gone=1; break; }
+        sleep 0.1
+    done
+    ((gone)) || fail "a program stayed on veth-a after SIGKILL: $(ip -n "$NS_A" link show dev veth-a)"
+    ping_ok "$NS_B" "$OUT_A" || fail "the host unreachable after the kill"
+}
+
+# Where XDP cannot run, Ordo runs on udp and says why: an interface that does not exist, and
+# one that already has an XDP program (the first tunnel's), which it must leave alone.
+t_xdp_fallback() {
+    export ORDO_OUTER=xdp ORDO_XDP_INTERFACES=nosuch0
+    tunnel ordo wireguard-go
+    ping_ok "$NS_A" "$IN_B" || fail "ping on the fallback"
+    grep "Outer = xdp unavailable, running on udp: no interface nosuch0" "$LOGDIR/$IF_A.log" >/dev/null \
+        || fail "no message naming the missing interface: $(cat "$LOGDIR/$IF_A.log")"
+    "$ORDO" show "$IF_A" | grep "outer path: udp" >/dev/null || fail "ordo show does not say udp"
+    teardown
+    unset ORDO_XDP_INTERFACES
+    tunnel ordo wireguard-go
+    ping_ok "$NS_A" "$IN_B" || fail "ping on xdp"
+    local second=$IF_C
+    start_impl ordo "$NS_A" "$second"
+    grep "running on udp: veth-a: another XDP program is attached" "$LOGDIR/$second.log" >/dev/null \
+        || fail "the second daemon did not say why: $(cat "$LOGDIR/$second.log")"
+    "$ORDO" show "$second" | grep "outer path: udp" >/dev/null || fail "the second daemon is not on udp"
+    "$ORDO" show "$IF_A" | grep "outer path: xdp on veth-a" >/dev/null || fail "the first lost its program"
+    ping_ok "$NS_A" "$IN_B" || fail "the first tunnel broke"
+}
+
 PEERS=(wireguard-go boringtun ordo)
 read -ra MODELS <<<"${INTEROP_MODELS:-pool inline threaded auto}"
 for model in "${MODELS[@]}"; do
@@ -1033,6 +1138,14 @@ run_test "memory_limit" t_memory_limit
 run_test "flood_handshake" t_flood_handshake
 run_test "flood_random" t_flood_random
 run_test "flood_replay" t_flood_replay
+for p in "${PEERS[@]}"; do
+    for family in 4 6; do
+        run_test "xdp[$p,ipv$family]" t_xdp "$p" "$family" native
+    done
+done
+run_test "xdp_generic[wireguard-go]" t_xdp wireguard-go 4 generic
+run_test "xdp_sigkill" t_xdp_sigkill
+run_test "xdp_fallback" t_xdp_fallback
 if ((QUICK == 0)); then
     run_test "rekey[wireguard-go]" t_rekey wireguard-go
 fi

@@ -13,6 +13,8 @@ NS_A=ordo-a
 NS_B=ordo-b
 IF_A=wg-ordo-a
 IF_B=wg-ordo-b
+# A second interface in A, for the tests that need one.
+IF_C=wg-ordo-c
 OUT_A=10.77.0.1
 OUT_B=10.77.0.2
 OUT6_A=fd77::1
@@ -46,7 +48,7 @@ teardown() {
         done
         ip netns del "$ns" 2>/dev/null || true
     done
-    rm -f "/var/run/wireguard/$IF_A.sock" "/var/run/wireguard/$IF_B.sock"
+    rm -f "/var/run/wireguard/$IF_A.sock" "/var/run/wireguard/$IF_B.sock" "/var/run/wireguard/$IF_C.sock"
 }
 
 # ns_cpu NS: CPU time (user + system, in clock ticks) of every process in a namespace.
@@ -119,7 +121,8 @@ inner_addresses() {
 genkey() { "$ORDO" genkey; }
 pubkey() { echo "$1" | "$ORDO" pubkey; }
 
-# tunnel IMPL_A IMPL_B [extra wg set args for both sides...]: a full tunnel between A and B.
+# tunnel IMPL_A IMPL_B [extra wg set args for both sides...]: a full tunnel between A and B,
+# over IPv4 outer addresses, or IPv6 ones with OUTER_FAMILY=6.
 # EXTRA_A / EXTRA_B (arrays) add peer arguments for one side only. Sets KEY_A KEY_B PUB_A PUB_B.
 EXTRA_A=()
 EXTRA_B=()
@@ -131,8 +134,12 @@ tunnel() {
     PUB_A=$(pubkey "$KEY_A"); PUB_B=$(pubkey "$KEY_B")
     start_impl "$impl_a" "$NS_A" "$IF_A"
     start_impl "$impl_b" "$NS_B" "$IF_B"
-    configure "$NS_A" "$IF_A" "$KEY_A" "$PORT_A" "$PUB_B" "$OUT_B:$PORT_B" "$IN_B/32,$IN6_B/128" "$@" "${EXTRA_A[@]}"
-    configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "$OUT_A:$PORT_A" "$IN_A/32,$IN6_A/128" "$@" "${EXTRA_B[@]}"
+    local ep_a="$OUT_A:$PORT_A" ep_b="$OUT_B:$PORT_B"
+    if [[ ${OUTER_FAMILY:-4} == 6 ]]; then
+        ep_a="[$OUT6_A]:$PORT_A" ep_b="[$OUT6_B]:$PORT_B"
+    fi
+    configure "$NS_A" "$IF_A" "$KEY_A" "$PORT_A" "$PUB_B" "$ep_b" "$IN_B/32,$IN6_B/128" "$@" "${EXTRA_A[@]}"
+    configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "$ep_a" "$IN_A/32,$IN6_A/128" "$@" "${EXTRA_B[@]}"
     inner_addresses "$NS_A" "$IF_A" "$IN_A" "$IN6_A"
     inner_addresses "$NS_B" "$IF_B" "$IN_B" "$IN6_B"
 }

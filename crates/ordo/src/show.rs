@@ -75,6 +75,8 @@ pub struct InterfaceShow {
     pub fwmark: u32,
     /// Ordo's execution model.
     pub model: String,
+    /// The outer path: `udp`, or `xdp on` its interfaces with their modes.
+    pub outer: String,
     pub peers: Vec<PeerShow>,
     /// Ordo's counters: drops by reason and handshake figures.
     pub counters: BTreeMap<String, u64>,
@@ -102,6 +104,7 @@ pub fn fetch(ifname: &str) -> Result<InterfaceShow> {
                 ..Default::default()
             }),
             ("ordo_model", _) => s.model = v.clone(),
+            ("ordo_outer", _) => s.outer = v.clone(),
             ("ordo_peer", _) => {
                 if let Some((hex, placement)) = parse_placement(&v) {
                     let key = PublicKey::from_hex(&hex).map(|k| k.to_base64()).unwrap_or(hex);
@@ -219,6 +222,9 @@ pub fn render(s: &InterfaceShow) -> String {
         }
     }
     let _ = writeln!(o, "\nordo: model {}", s.model);
+    if !s.outer.is_empty() {
+        let _ = writeln!(o, "  outer path: {}", s.outer);
+    }
     for (k, v) in &s.counters {
         if !k.starts_with("drop_") {
             let _ = writeln!(o, "  {}: {v}", k.replace('_', " "));
@@ -261,6 +267,7 @@ mod tests {
             ..Default::default()
         };
         s.model = "inline".into();
+        s.outer = "xdp on veth0 (native, copy, 1 sockets)".into();
         s.counters.insert("drop_replay".into(), 3);
         s.counters.insert("drop_bad_mac1".into(), 0);
         s.peers.push(PeerShow {
@@ -275,6 +282,10 @@ mod tests {
         let r = render(&s);
         assert!(r.contains("drops: replay=3\n"), "{r}");
         assert!(r.contains("ordo: model inline\n"), "{r}");
+        assert!(
+            r.contains("  outer path: xdp on veth0 (native, copy, 1 sockets)\n"),
+            "{r}"
+        );
         assert!(
             r.contains("placement: inline, queue 1 on CPU 1, node 0, 1500 packets/s, 0.25 cores\n"),
             "{r}"

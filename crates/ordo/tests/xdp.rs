@@ -6,7 +6,7 @@
 //! datagram leaves. Needs root, as the XDP path does.
 
 use ordo::outer::xdp::bpf::{Link, Map, Program, XdpMode};
-use ordo::outer::xdp::filter::{Filter, Verdict};
+use ordo::outer::xdp::filter::{self, Filter, Verdict};
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
@@ -75,17 +75,32 @@ fn ping(ns: &str, to: &str) -> bool {
         .success()
 }
 
+/// Ordo's program and its maps, as `load` makes them.
+struct Loaded {
+    program: Program,
+    sockets: Map,
+    counters: Map,
+    _settings: Map,
+}
+
 /// Loads Ordo's program for port 51820 on 192.0.2.1, with its maps.
-fn load() -> (Program, Map, Map) {
+fn load() -> Loaded {
     let sockets = Map::sockets("xsks", 1).unwrap();
     let counters = Map::counters("verdicts", Verdict::ALL.len() as u32).unwrap();
+    let settings = Map::values("settings", filter::SETTINGS).unwrap();
+    settings.set_u32(filter::PORT_KEY, filter::port_value(51820)).unwrap();
     let filter = Filter {
         port: 51820,
         addresses: vec!["192.0.2.1".parse().unwrap()],
     };
-    let program = Program::load_xdp("ordo", &filter.program(sockets.as_raw_fd(), counters.as_raw_fd()))
-        .unwrap_or_else(|e| panic!("{e}"));
-    (program, sockets, counters)
+    let insns = filter.program(sockets.as_raw_fd(), counters.as_raw_fd(), settings.as_raw_fd());
+    let program = Program::load_xdp("ordo", &insns).unwrap_or_else(|e| panic!("{e}"));
+    Loaded {
+        program,
+        sockets,
+        counters,
+        _settings: settings,
+    }
 }
 
 fn ifindex(name: &str) -> u32 {
@@ -101,7 +116,7 @@ fn ifindex(name: &str) -> u32 {
 #[test]
 #[ignore = "a helper process of xdp_program_leaves_with_its_process"]
 fn xdp_holder() {
-    let (program, _sockets, _counters) = load();
+    let Loaded { program, .. } = load();
     let _link = Link::xdp(&program, ifindex("veth-a"), XdpMode::Any).expect("attached");
     println!("\nORDO-XDP-ATTACHED");
     std::thread::sleep(std::time::Duration::from_secs(60));
@@ -176,7 +191,7 @@ fn ip_netns_attach_second(ns: &str) -> String {
 #[test]
 #[ignore = "a helper process of xdp_program_leaves_with_its_process"]
 fn xdp_second() {
-    let (program, _sockets, _counters) = load();
+    let Loaded { program, .. } = load();
     match Link::xdp(&program, ifindex("veth-a"), XdpMode::Any) {
         Ok(_) => println!("attached over the other program"),
         Err(e) => println!("refused: {e}"),
@@ -242,7 +257,12 @@ fn ordos_datagrams_reach_its_xdp_socket_and_the_rest_the_kernel() {
     use xdp::slab::{HeapSlab, Slab};
     let ns = Namespaces::new("rx");
     enter(&ns.a);
-    let (program, sockets, counters) = load();
+    let Loaded {
+        program,
+        sockets,
+        counters,
+        ..
+    } = load();
     let index = ifindex("veth-a");
     // The kernel keeps the port with a socket of its own, as the XDP port will.
     let kernel = std::net::UdpSocket::bind("192.0.2.1:51820").unwrap();
@@ -510,12 +530,12 @@ fn attach_chooses_the_mode_and_says_why_not() {
         port: 51820,
         addresses: vec!["192.0.2.1".parse().unwrap()],
     };
-    let veth = attach(ifindex("veth-a"), &filter, 2).unwrap();
+    let veth = attach(ifindex("veth-a"), &filter, 2, None).unwrap();
     assert_eq!(veth.mode, Mode::Native);
-    let lo = attach(ifindex("lo"), &filter, 2).unwrap();
+    let lo = attach(ifindex("lo"), &filter, 2, None).unwrap();
     assert_eq!(lo.mode, Mode::Generic);
     assert!(ip(&["-n", &ns.a, "link", "show", "dev", "lo"]).contains("xdpgeneric"));
-    match attach(ifindex("veth-a"), &filter, 2) {
+    match attach(ifindex("veth-a"), &filter, 2, None) {
         Err(e @ Unavailable::Busy) => assert!(e.to_string().contains("another XDP program")),
         other => panic!("a second program on veth-a: {:?}", other.map(|a| a.mode)),
     }
@@ -535,7 +555,7 @@ fn attach_chooses_the_mode_and_says_why_not() {
             ] {
                 caps::drop(None, caps::CapSet::Effective, c).unwrap();
             }
-            attach(index, &filter, 2).map(|a| a.mode)
+            attach(index, &filter, 2, None).map(|a| a.mode)
         })
         .join()
         .unwrap()
@@ -562,7 +582,7 @@ fn an_xsk_queue_receives_and_answers() {
         addresses: vec!["192.0.2.1".parse().unwrap()],
     };
     let index = ifindex("veth-a");
-    let attached = attach(index, &filter, 1).unwrap();
+    let attached = attach(index, &filter, 1, None).unwrap();
     let mut q = XskQueue::bind(index, 0).unwrap();
     assert!(!q.zero_copy(), "veth copies");
     attached.sockets.set_socket(0, q.as_raw_fd()).unwrap();

@@ -160,12 +160,16 @@ pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Resul
     })?;
     report_ready(log)?;
     eprintln!(
-        "ordo[{ifname}]: up, listening on UDP port {}, model {}, {} queue(s), {} crypto worker(s)",
+        "ordo[{ifname}]: up, listening on UDP port {}, model {}, {} queue(s), {} crypto worker(s), outer path {}",
         device.listen_port(),
         device.model(),
         device.plane.plan.queues.len(),
-        device.workers()
+        device.workers(),
+        device.outer_path()
     );
+    if let Some(note) = &device.outer_note {
+        eprintln!("ordo[{ifname}]: {note}");
+    }
     device.wait();
     // Fails once privileges are dropped: the janitor removes it as this process ends.
     let _ = std::fs::remove_file(&path);

@@ -1,16 +1,21 @@
 //! The device: where the data plane is composed with its ports and its threads. Ordo's
 //! interface is the plane over a TUN device (`inner::tun`) or Ordo's own TCP/IP stack
-//! (`inner::stack`, see [`inner`]) and kernel UDP sockets (`outer::udp`), in the execution model chosen for the interface (`placement::model`), with
+//! (`inner::stack`, see [`inner`]) and kernel UDP sockets (`outer::udp`) or AF_XDP beside
+//! them (`outer::xdp`, see [`outer`]), in the execution model chosen for the interface
+//! (`placement::model`), with
 //! the threads of `crate::threads` reading the ports and one thread for the timers and the
 //! placement. Everything below knows nothing of the device; the device alone knows which
 //! backends it put together, for the controls only they have (the listen port, the fwmark).
 
 pub mod inner;
+pub mod outer;
 
 use crate::inner::stack::service::Stack;
 use crate::inner::stack::StackPort;
 use crate::inner::tun::TunPort;
 use crate::outer::udp::UdpPort;
+use crate::outer::xdp::port::{Fallback, XdpPort};
+use crate::outer::OuterKind;
 use crate::placement::model::{Model, Plan, PlaneConfig};
 use crate::plane::stats::Stats;
 use crate::plane::DataPlane;
@@ -23,9 +28,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The data plane of an Ordo interface.
-pub type KernelPlane = DataPlane<InnerSide, UdpPort>;
+pub type KernelPlane = DataPlane<InnerSide, OuterSide>;
 
 use inner::InnerSide;
+use outer::OuterSide;
 
 pub struct Device {
     pub name: String,
@@ -35,6 +41,8 @@ pub struct Device {
     /// The UAPI socket path; the device stops when it disappears (as `wg-quick down` does).
     pub uapi_path: Mutex<Option<PathBuf>>,
     started: Instant,
+    /// Why the outer side is not what was asked for (`Outer = xdp` fell back to udp).
+    pub outer_note: Option<String>,
 }
 
 impl Device {
@@ -43,7 +51,7 @@ impl Device {
     pub fn create(name: &str, config: &PlaneConfig) -> io::Result<Arc<Device>> {
         let plan = Plan::new(config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let tun = TunPort::create(name, plan.queues.len())?;
-        Device::compose(name, plan, InnerSide::Tun(tun))
+        Device::compose(name, plan, InnerSide::Tun(tun), config)
     }
 
     /// An interface whose inner side is Ordo's own TCP/IP stack: no TUN device, nothing that
@@ -52,21 +60,36 @@ impl Device {
     pub fn create_stack(name: &str, config: &PlaneConfig, mtu: usize) -> io::Result<(Arc<Device>, Arc<Stack>)> {
         let plan = Plan::new(config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let (port, stack) = StackPort::new(plan.queues.len(), mtu)?;
-        Ok((Device::compose(name, plan, InnerSide::Stack(port))?, stack))
+        Ok((Device::compose(name, plan, InnerSide::Stack(port), config)?, stack))
     }
 
-    fn compose(name: &str, plan: Plan, inner: InnerSide) -> io::Result<Arc<Device>> {
+    fn compose(name: &str, plan: Plan, inner: InnerSide, config: &PlaneConfig) -> io::Result<Arc<Device>> {
         let udp = UdpPort::bind(0, 0, plan.queues.len())?;
+        let mut outer_note = None;
+        let outer = match config.outer {
+            OuterKind::Udp => OuterSide::Udp(udp),
+            OuterKind::Xdp => match XdpPort::open(udp, &config.xdp_interfaces, config.xdp_mode, plan.queues.len()) {
+                Ok(x) => OuterSide::Xdp(x),
+                Err(Fallback { udp, reason }) => {
+                    let note = format!("Outer = xdp unavailable, running on udp: {reason}");
+                    // Said now, to whoever started the interface, and again in the log.
+                    eprintln!("ordo[{name}]: {note}");
+                    outer_note = Some(note);
+                    OuterSide::Udp(udp)
+                }
+            },
+        };
         let now = Instant::now();
         let mut core = Interface::new(now);
         core.set_mtu(inner.mtu().unwrap_or(1420));
         Ok(Arc::new(Device {
             name: name.to_string(),
-            plane: DataPlane::new(core, inner, udp, plan),
+            plane: DataPlane::new(core, inner, outer, plan),
             fwmark: Mutex::new(0),
             stop: Arc::new(Stop::default()),
             uapi_path: Mutex::new(None),
             started: now,
+            outer_note,
         }))
     }
 
@@ -109,6 +132,11 @@ impl Device {
 
     pub fn listen_port(&self) -> u16 {
         self.plane.outer.listen_port()
+    }
+
+    /// Which outer path runs (`udp`, or `xdp` with its interfaces and modes).
+    pub fn outer_path(&self) -> String {
+        self.plane.outer.describe()
     }
 
     pub fn fwmark(&self) -> u32 {

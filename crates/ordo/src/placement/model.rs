@@ -16,6 +16,8 @@
 //! one node (see [`super`] for the per-peer assignment).
 
 use crate::host::topology::{self, format_cpu_list, Cpus, Topology};
+use crate::outer::xdp::attach::Mode as XdpMode;
+use crate::outer::OuterKind;
 use std::fmt;
 use std::str::FromStr;
 
@@ -87,17 +89,26 @@ pub struct PlaneConfig {
     pub delivery_fifo: bool,
     /// Peers stay on the queue and pool they were given (no load-aware moves).
     pub fixed_placement: bool,
+    /// The outer port: kernel UDP or AF_XDP.
+    pub outer: OuterKind,
+    /// The interfaces AF_XDP attaches to (empty: those of the default routes).
+    pub xdp_interfaces: Vec<String>,
+    /// Where the XDP program runs (None: natively where the driver can, else generic).
+    pub xdp_mode: Option<XdpMode>,
 }
 
 /// The settings by name, as `ordo up` files (`Model = inline`), the xplatform command line
 /// (`--model inline`) and the environment (`ORDO_MODEL=inline`) spell them.
-pub const SETTINGS: [(&str, &str, &str); 6] = [
+pub const SETTINGS: [(&str, &str, &str); 9] = [
     ("model", "Model", "ORDO_MODEL"),
     ("workers", "Workers", "ORDO_WORKERS"),
     ("cores", "Cores", "ORDO_CORES"),
     ("io-cores", "IoCores", "ORDO_IO_CORES"),
     ("delivery-fifo", "DeliveryFifo", "ORDO_DELIVERY_FIFO"),
     ("placement", "Placement", "ORDO_PLACEMENT"),
+    ("outer", "Outer", "ORDO_OUTER"),
+    ("xdp-interfaces", "XdpInterfaces", "ORDO_XDP_INTERFACES"),
+    ("xdp-mode", "XdpMode", "ORDO_XDP_MODE"),
 ];
 
 impl PlaneConfig {
@@ -127,6 +138,24 @@ impl PlaneConfig {
                     "load" => false,
                     "fixed" => true,
                     _ => return Err(format!("placement is load or fixed, not {value:?}")),
+                }
+            }
+            "outer" => self.outer = value.parse()?,
+            "xdp-interfaces" => {
+                let names: Vec<String> = value
+                    .split(|c: char| c == ',' || c.is_whitespace())
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                if let Some(bad) = names.iter().find(|n| n.len() > 15 || n.contains('/')) {
+                    return Err(format!("{bad:?} is not an interface name"));
+                }
+                self.xdp_interfaces = names;
+            }
+            "xdp-mode" => {
+                self.xdp_mode = match value.to_ascii_lowercase().as_str() {
+                    "auto" => None,
+                    _ => Some(value.parse()?),
                 }
             }
             _ => return Err(format!("unknown data-plane setting {name:?}")),
@@ -162,6 +191,15 @@ impl PlaneConfig {
         }
         if self.fixed_placement {
             a.extend(["--placement".to_string(), "fixed".to_string()]);
+        }
+        if self.outer != OuterKind::Udp {
+            a.extend(["--outer".to_string(), self.outer.name().to_string()]);
+        }
+        if !self.xdp_interfaces.is_empty() {
+            a.extend(["--xdp-interfaces".to_string(), self.xdp_interfaces.join(",")]);
+        }
+        if let Some(m) = self.xdp_mode {
+            a.extend(["--xdp-mode".to_string(), m.to_string()]);
         }
         a
     }
@@ -386,6 +424,12 @@ mod tests {
         c.set("io-cores", "0").unwrap();
         c.set("workers", "3").unwrap();
         c.set("placement", "fixed").unwrap();
+        c.set("outer", "XDP").unwrap();
+        c.set("xdp-interfaces", "eth0, eth1").unwrap();
+        c.set("xdp-mode", "generic").unwrap();
+        assert!(c.set("xdp-mode", "offload").unwrap_err().contains("native or generic"));
+        assert!(c.set("outer", "dpdk").unwrap_err().contains("udp or xdp"));
+        assert!(c.set("xdp-interfaces", "../etc").is_err());
         assert!(c.set("workers", "lots").unwrap_err().contains("\"lots\""));
         assert!(c.set("placement", "random").unwrap_err().contains("load or fixed"));
         assert!(c.set("speed", "1").is_err());
@@ -402,7 +446,13 @@ mod tests {
                 "--io-cores",
                 "0",
                 "--placement",
-                "fixed"
+                "fixed",
+                "--outer",
+                "xdp",
+                "--xdp-interfaces",
+                "eth0,eth1",
+                "--xdp-mode",
+                "generic"
             ]
         );
         let mut back = PlaneConfig::default();
@@ -412,6 +462,14 @@ mod tests {
         assert_eq!(
             (back.model, back.workers, back.cpus, back.io_cpus, back.fixed_placement),
             (Model::Auto, 3, Some(vec![0, 1]), Some(vec![0]), true)
+        );
+        assert_eq!(
+            (back.outer, back.xdp_interfaces, back.xdp_mode),
+            (
+                OuterKind::Xdp,
+                vec!["eth0".into(), "eth1".into()],
+                Some(XdpMode::Generic)
+            )
         );
     }
 

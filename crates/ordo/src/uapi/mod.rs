@@ -398,7 +398,7 @@ pub fn placement_lines(device: &Device) -> String {
     let peers: Vec<(PeerId, String, u32)> = (device.core().peers())
         .map(|(id, p)| (id, p.public_key.to_hex(), p.queue))
         .collect();
-    let mut s = format!("ordo_model={}\n", plan.model);
+    let mut s = format!("ordo_model={}\nordo_outer={}\n", plan.model, device.outer_path());
     for (id, public_key, peer_queue) in peers {
         let plane = planes.get(&id);
         let spread = plane.map_or(matches!(plan.model, Model::Pool | Model::Threaded), |x| {

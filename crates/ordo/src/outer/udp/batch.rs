@@ -42,6 +42,11 @@ pub fn enable_gro(sock: &UdpSocket) -> bool {
     set_int_option(sock, libc::SOL_UDP, UDP_GRO, 1)
 }
 
+/// Turns UDP GRO off again: the kernel then merges no datagrams for this port.
+pub fn disable_gro(sock: &UdpSocket) -> bool {
+    set_int_option(sock, libc::SOL_UDP, UDP_GRO, 0)
+}
+
 fn to_socket_addr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match ss.ss_family as i32 {
         libc::AF_INET => {

@@ -14,7 +14,7 @@ use sockets::Sockets;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// Every queue's sockets; replaced whole when the listen port changes.
@@ -26,6 +26,8 @@ pub struct UdpPort {
     steered: Mutex<Steered>,
     /// Datagrams that could not be sent.
     send_errors: AtomicU64,
+    /// UDP GRO turned off on every socket, present and future ([`UdpPort::disable_gro`]).
+    no_gro: AtomicBool,
 }
 
 /// The exceptions a steering program was attached with, and the group it was attached to.
@@ -45,7 +47,28 @@ impl UdpPort {
                 exceptions: Vec::new(),
             }),
             send_errors: AtomicU64::new(0),
+            no_gro: AtomicBool::new(false),
         })
+    }
+
+    /// Has the kernel merge none of this port's datagrams (UDP GRO off), now and after a
+    /// rebind. For the AF_XDP port: a merged datagram reaches an XDP program in generic mode
+    /// as one frame that no header says is several.
+    pub fn disable_gro(&self) -> io::Result<()> {
+        self.no_gro.store(true, Ordering::Relaxed);
+        Self::without_gro(&self.group())
+    }
+
+    fn without_gro(group: &[Sockets]) -> io::Result<()> {
+        for s in group {
+            let all = std::iter::once(&s.v4).chain(s.v6.as_ref());
+            for socket in all {
+                if !batch::disable_gro(socket) {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+        }
+        Ok(())
     }
 
     fn group(&self) -> Group {
@@ -64,6 +87,9 @@ impl UdpPort {
             return Ok(());
         }
         let fresh = Arc::new(Sockets::bind_queues(port, fwmark, current.len())?);
+        if self.no_gro.load(Ordering::Relaxed) {
+            Self::without_gro(&fresh)?;
+        }
         *self.group.write().unwrap_or_else(|p| p.into_inner()) = fresh;
         current.iter().for_each(Sockets::shutdown);
         Ok(())
@@ -146,7 +172,7 @@ impl OuterPort for UdpPort {
             Counter::new("drop_os_udp_receive_buffer", drops::udp_receive_drops(group[0].port)),
             Counter::new("queues", group.len() as u64),
             Counter::new("udp_gso", group[0].gso.load(Ordering::Relaxed) as u64),
-            Counter::new("udp_gro", group[0].gro as u64),
+            Counter::new("udp_gro", (group[0].gro && !self.no_gro.load(Ordering::Relaxed)) as u64),
         ]
     }
 }

@@ -3,7 +3,7 @@
 //! another program already on the interface, a kernel or driver without XDP.
 
 use super::bpf::{Link, Map, Program, Refused, XdpMode};
-use super::filter::{Filter, Verdict};
+use super::filter::{self, Filter, Verdict};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -16,6 +16,17 @@ pub enum Mode {
     /// After the kernel built its socket buffer: any interface, slower, and it does not
     /// split a peer's UDP GSO batches (../shared/notes/afxdp-facts.md).
     Generic,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "native" => Ok(Mode::Native),
+            "generic" => Ok(Mode::Generic),
+            _ => Err(format!("unknown XDP mode {s:?} (native or generic)")),
+        }
+    }
 }
 
 impl fmt::Display for Mode {
@@ -35,6 +46,8 @@ pub struct Attachment {
     pub sockets: Map,
     /// The program's verdicts ([`Verdict`]).
     pub counters: Map,
+    /// What the program reads as it runs: the listen port ([`filter::PORT_KEY`]).
+    pub settings: Map,
     pub mode: Mode,
 }
 
@@ -75,11 +88,16 @@ fn classify(e: io::Error) -> Unavailable {
 }
 
 /// Loads the program for `filter` with room for `sockets` AF_XDP sockets and attaches it to
-/// interface `ifindex`: natively where the driver can, else in generic mode.
-pub fn attach(ifindex: u32, filter: &Filter, sockets: u32) -> Result<Attachment, Unavailable> {
+/// interface `ifindex`: in `mode` if given, else natively where the driver can and in
+/// generic mode where it cannot.
+pub fn attach(ifindex: u32, filter: &Filter, sockets: u32, mode: Option<Mode>) -> Result<Attachment, Unavailable> {
     let socket_map = Map::sockets("ordo_xsks", sockets.max(1)).map_err(classify)?;
     let counters = Map::counters("ordo_verdicts", Verdict::ALL.len() as u32).map_err(classify)?;
-    let insns = filter.program(socket_map.as_raw_fd(), counters.as_raw_fd());
+    let settings = Map::values("ordo_settings", filter::SETTINGS).map_err(classify)?;
+    settings
+        .set_u32(filter::PORT_KEY, filter::port_value(filter.port))
+        .map_err(classify)?;
+    let insns = filter.program(socket_map.as_raw_fd(), counters.as_raw_fd(), settings.as_raw_fd());
     let program = match Program::load_xdp("ordo", &insns) {
         Ok(p) => p,
         Err(r) if matches!(r.error.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) => {
@@ -87,22 +105,53 @@ pub fn attach(ifindex: u32, filter: &Filter, sockets: u32) -> Result<Attachment,
         }
         Err(r) => return Err(Unavailable::Refused(r)),
     };
-    let (link, mode) = match Link::xdp(&program, ifindex, XdpMode::Native) {
-        Ok(link) => (link, Mode::Native),
-        // A driver without native XDP says it does not support the operation.
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => {
-            let link = Link::xdp(&program, ifindex, XdpMode::Generic).map_err(classify)?;
-            (link, Mode::Generic)
-        }
-        Err(e) => return Err(classify(e)),
+    let (link, mode) = match mode {
+        Some(Mode::Generic) => (
+            Link::xdp(&program, ifindex, XdpMode::Generic).map_err(classify)?,
+            Mode::Generic,
+        ),
+        Some(Mode::Native) => (
+            Link::xdp(&program, ifindex, XdpMode::Native).map_err(classify)?,
+            Mode::Native,
+        ),
+        None => attach_best(&program, ifindex)?,
     };
     Ok(Attachment {
         link,
         program,
         sockets: socket_map,
         counters,
+        settings,
         mode,
     })
+}
+
+/// Native where the driver can, else generic.
+fn attach_best(program: &Program, ifindex: u32) -> Result<(Link, Mode), Unavailable> {
+    match Link::xdp(program, ifindex, XdpMode::Native) {
+        Ok(link) => Ok((link, Mode::Native)),
+        // A driver without native XDP says it does not support the operation.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) => {
+            let link = Link::xdp(program, ifindex, XdpMode::Generic).map_err(classify)?;
+            Ok((link, Mode::Generic))
+        }
+        Err(e) => Err(classify(e)),
+    }
+}
+
+impl Attachment {
+    /// Has the program take datagrams to `port` from now on (no privilege needed).
+    pub fn set_port(&self, port: u16) -> io::Result<()> {
+        self.settings.set_u32(filter::PORT_KEY, filter::port_value(port))
+    }
+
+    /// Each verdict's count so far, summed over the CPUs.
+    pub fn verdicts(&self) -> Vec<(Verdict, u64)> {
+        Verdict::ALL
+            .iter()
+            .map(|v| (*v, self.counters.sum(*v as u32).unwrap_or(0)))
+            .collect()
+    }
 }
 
 /// `SOL_XDP` and its `XDP_OPTIONS` (include/uapi/linux/if_xdp.h).

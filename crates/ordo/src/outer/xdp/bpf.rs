@@ -18,6 +18,8 @@ const BPF_PROG_TEST_RUN: u32 = 10;
 const BPF_LINK_CREATE: u32 = 28;
 const BPF_LINK_UPDATE: u32 = 29;
 
+const BPF_MAP_TYPE_ARRAY: u32 = 2;
+const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
@@ -132,6 +134,30 @@ impl Map {
             value_size: 8,
             cpus,
         })
+    }
+
+    /// An array of `entries` 32-bit values, shared by every CPU: settings a program reads
+    /// and the process changes while it runs ([`Map::set_u32`]). Changing an entry needs
+    /// only the map's descriptor, no capability, so it works after the daemon dropped its
+    /// privileges.
+    pub fn values(name: &str, entries: u32) -> io::Result<Map> {
+        Ok(Map {
+            fd: Map::create(name, BPF_MAP_TYPE_ARRAY, 4, entries)?,
+            value_size: 4,
+            cpus: 0,
+        })
+    }
+
+    /// Sets entry `key` of a [`Map::values`].
+    pub fn set_u32(&self, key: u32, value: u32) -> io::Result<()> {
+        debug_assert_eq!(self.value_size, 4);
+        let mut attr = MapElem {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: &key as *const u32 as u64,
+            value: &value as *const u32 as u64,
+            ..Default::default()
+        };
+        bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
     }
 
     /// A map of AF_XDP sockets by index (`bpf_redirect_map`'s target).
@@ -257,6 +283,10 @@ impl Program {
             log_buf: log.as_mut_ptr() as u64,
             prog_name: object_name(name),
             expected_attach_type: BPF_XDP,
+            // Multi-buffer aware (BPF_F_XDP_HAS_FRAGS): without it, generic mode drops a
+            // frame longer than a page (a peer's UDP GSO batch) before the program runs;
+            // with it the program sees the first buffer, which holds the headers.
+            prog_flags: BPF_F_XDP_HAS_FRAGS,
             ..Default::default()
         };
         match bpf(BPF_PROG_LOAD, &mut attr) {

@@ -8,7 +8,7 @@
 //! Each frame's verdict is counted in a per-CPU array ([`Verdict`]), read by
 //! [`super::bpf::Map::sum`].
 
-use super::insn::{Asm, Cmp, Label, Size, R0, R1, R10, R2, R3, R4, R5, R6, R7, R8};
+use super::insn::{Asm, Cmp, Label, Size, R0, R1, R10, R2, R3, R4, R5, R6, R7, R8, R9};
 use std::net::IpAddr;
 
 /// What the program did with a frame, and the index of its counter.
@@ -31,10 +31,14 @@ pub enum Verdict {
     NotOurs,
     /// Shorter than the headers it announces.
     Truncated,
+    /// A datagram of Ordo's longer than an AF_XDP frame holds ([`MAX_DATAGRAM`]): a jumbo
+    /// frame, or a peer's UDP GSO batch that generic mode hands over unsplit. The kernel
+    /// socket takes it whole (and splits a batch with GRO).
+    TooLong,
 }
 
 impl Verdict {
-    pub const ALL: [Verdict; 8] = [
+    pub const ALL: [Verdict; 9] = [
         Verdict::ToSocket,
         Verdict::NoSocket,
         Verdict::NotIp,
@@ -43,6 +47,7 @@ impl Verdict {
         Verdict::NotUdp,
         Verdict::NotOurs,
         Verdict::Truncated,
+        Verdict::TooLong,
     ];
 
     /// The counter's name, as `ordo show` prints it.
@@ -56,6 +61,7 @@ impl Verdict {
             Verdict::NotUdp => "xdp_passed_not_udp",
             Verdict::NotOurs => "xdp_passed_not_ours",
             Verdict::Truncated => "xdp_passed_truncated",
+            Verdict::TooLong => "xdp_passed_too_long",
         }
     }
 }
@@ -79,12 +85,28 @@ const ETH_TYPE: i16 = 12;
 const V4_END: i32 = ETH_LEN + 20;
 const V6_END: i32 = ETH_LEN + 40;
 const UDP_LEN: i32 = 8;
+/// The longest UDP datagram (header included) redirected: its frame well inside a UMEM
+/// frame (4 KB less the kernel's headroom, see `super::queue`), above any Ethernet MTU's
+/// but jumbo ones.
+pub const MAX_DATAGRAM: i32 = 3000;
 
-/// Which datagrams are Ordo's: its listen port on these addresses.
+/// Which datagrams are Ordo's: its listen port on these addresses. The addresses are
+/// written into the program; the port is read from the settings map at [`PORT_KEY`] (see
+/// [`port_value`]), so that a new listen port takes effect without loading a program,
+/// which needs privileges the running daemon no longer has.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Filter {
     pub port: u16,
     pub addresses: Vec<IpAddr>,
+}
+
+/// The settings map's entries.
+pub const PORT_KEY: u32 = 0;
+pub const SETTINGS: u32 = 1;
+
+/// The listen port as the settings map holds it: as the program reads the UDP header.
+pub fn port_value(port: u16) -> u32 {
+    wire16(port)
 }
 
 /// A 16-bit field in network order as a little-endian load reads it.
@@ -93,16 +115,17 @@ fn wire16(v: u16) -> u32 {
 }
 
 impl Filter {
-    /// The program, with the socket map and the counters map named by descriptor: each
+    /// The program, with the socket, counters and settings maps named by descriptor: each
     /// datagram of Ordo's goes to the socket at its receive queue's index in `sockets`.
-    pub fn program(&self, sockets: i32, counters: i32) -> Vec<super::insn::Insn> {
+    pub fn program(&self, sockets: i32, counters: i32, settings: i32) -> Vec<super::insn::Insn> {
         let mut a = Asm::new();
-        let [ipv4, ipv6, ours, pass, count, out, truncated] = [(); 7].map(|_| a.label());
+        let [ipv4, ipv6, ours, pass, count, out, truncated, sized, too_long] = [(); 9].map(|_| a.label());
         let verdict = |a: &mut Asm, v: Verdict, pass: Label| {
             a.mov_imm(R7, v as i32);
             a.jump(pass);
         };
-        // r6: the context; r2, r3: the frame's start and end; r7: the verdict; r8: the action.
+        // r6: the context; r2, r3: the frame's start and end; r7: the verdict; r8: the action
+        // (before it, the UDP length); r9: the destination port.
         a.mov(R6, R1);
         a.load(Size::U32, R2, R6, MD_DATA);
         a.load(Size::U32, R3, R6, MD_DATA_END);
@@ -113,11 +136,23 @@ impl Filter {
             a.add_imm(R4, len);
             a.jump_reg(Cmp::Gt, R4, R3, truncated);
         };
-        // The UDP header after an IP header that ends at `l3_end`: to Ordo's port goes on.
+        // The UDP header after an IP header that ends at `l3_end`: to Ordo's port (the
+        // settings map's) goes on. The call takes r1-r5; `ours` needs only r6.
         let to_port = |a: &mut Asm, l3_end: i32| {
             need(a, l3_end + UDP_LEN);
-            a.load(Size::U16, R5, R2, (l3_end + 2) as i16);
-            a.jump32_imm(Cmp::Eq, R5, wire16(self.port), ours);
+            a.load(Size::U16, R9, R2, (l3_end + 2) as i16);
+            a.load(Size::U16, R8, R2, (l3_end + 4) as i16);
+            a.mov_imm(R1, PORT_KEY as i32);
+            a.store(Size::U32, R10, -8, R1);
+            a.mov(R2, R10);
+            a.add_imm(R2, -8);
+            a.load_map(R1, settings);
+            a.call(MAP_LOOKUP_ELEM);
+            let unset = a.label();
+            a.jump_imm(Cmp::Eq, R0, 0, unset);
+            a.load(Size::U32, R1, R0, 0);
+            a.jump_reg(Cmp::Eq, R9, R1, sized);
+            a.place(unset);
         };
         need(&mut a, ETH_LEN);
         a.load(Size::U16, R5, R2, ETH_TYPE);
@@ -198,6 +233,14 @@ impl Filter {
 
         // Ordo's: to the socket at the frame's receive queue, or, with none there, passed
         // (the lower bits of the flags are the action when the map has no entry).
+        // Ordo's port: by the UDP header's length, not the frame's, which in multi-buffer
+        // mode is the first buffer's only.
+        a.place(sized);
+        a.from_be16(R8);
+        a.jump_imm(Cmp::Gt, R8, MAX_DATAGRAM, too_long);
+        a.jump(ours);
+        a.place(too_long);
+        verdict(&mut a, Verdict::TooLong, pass);
         a.place(ours);
         a.load(Size::U32, R2, R6, MD_RX_QUEUE_INDEX);
         a.load_map(R1, sockets);
@@ -286,6 +329,8 @@ mod tests {
     fn each_frame_gets_its_verdict_and_only_ordos_datagrams_are_taken() {
         let sockets = Map::sockets("test_xsks", 4).unwrap();
         let counters = Map::counters("test_verdicts", Verdict::ALL.len() as u32).unwrap();
+        let settings = Map::values("test_settings", SETTINGS).unwrap();
+        settings.set_u32(PORT_KEY, port_value(PORT)).unwrap();
         let filter = Filter {
             port: PORT,
             addresses: vec![OURS_V4.into(), OURS_V6.into()],
@@ -293,6 +338,7 @@ mod tests {
         let insns = filter.program(
             std::os::fd::AsRawFd::as_raw_fd(&sockets),
             std::os::fd::AsRawFd::as_raw_fd(&counters),
+            std::os::fd::AsRawFd::as_raw_fd(&settings),
         );
         let program = Program::load_xdp("ordo_test", &insns).unwrap_or_else(|e| panic!("{e}"));
         let wg = [4u8, 0, 0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0];
@@ -348,6 +394,11 @@ mod tests {
             ),
             ("IPv4 without its header", frame(0x0800, &[]), Verdict::Truncated),
             (
+                "a UDP GSO batch, unsplit",
+                frame(0x0800, &v4(OURS_V4, 17, 0, &udp(PORT, &[0; MAX_DATAGRAM as usize]))),
+                Verdict::TooLong,
+            ),
+            (
                 "short UDP header",
                 frame(0x0800, &v4(OURS_V4, 17, 0, &[0x9c, 0x40, 0xca])),
                 Verdict::Truncated,
@@ -360,5 +411,23 @@ mod tests {
             let expected = cases.iter().filter(|c| c.2 == v).count() as u64;
             assert_eq!(counters.sum(v as u32).unwrap(), expected, "{}", v.name());
         }
+        // A new port in the map moves the program with it, without a new program.
+        let ours = frame(0x0800, &v4(OURS_V4, 17, 0, &udp(PORT, &wg)));
+        let before = counters.sum(Verdict::NotOurs as u32).unwrap();
+        settings.set_u32(PORT_KEY, port_value(PORT + 1)).unwrap();
+        program.test_run(&ours).unwrap();
+        assert_eq!(
+            counters.sum(Verdict::NotOurs as u32).unwrap(),
+            before + 1,
+            "the old port is not ours"
+        );
+        let moved = frame(0x0800, &v4(OURS_V4, 17, 0, &udp(PORT + 1, &wg)));
+        let no_socket = counters.sum(Verdict::NoSocket as u32).unwrap();
+        program.test_run(&moved).unwrap();
+        assert_eq!(
+            counters.sum(Verdict::NoSocket as u32).unwrap(),
+            no_socket + 1,
+            "the new port is"
+        );
     }
 }

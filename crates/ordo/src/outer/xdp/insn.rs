@@ -30,11 +30,13 @@ pub const R5: Reg = Reg(5);
 pub const R6: Reg = Reg(6);
 pub const R7: Reg = Reg(7);
 pub const R8: Reg = Reg(8);
+pub const R9: Reg = Reg(9);
 pub const R10: Reg = Reg(10);
 
 // Classes.
 const LDX: u8 = 0x01;
 const STX: u8 = 0x03;
+const ALU: u8 = 0x04;
 const ALU64: u8 = 0x07;
 const JMP: u8 = 0x05;
 const JMP32: u8 = 0x06;
@@ -53,6 +55,9 @@ const X: u8 = 0x08;
 const ADD: u8 = 0x00;
 const AND: u8 = 0x50;
 const MOV: u8 = 0xb0;
+const END: u8 = 0xd0;
+/// END's source bit: convert to big-endian (network order).
+const TO_BE: u8 = 0x08;
 // Jump operations.
 const JA: u8 = 0x00;
 const JEQ: u8 = 0x10;
@@ -159,6 +164,12 @@ impl Asm {
     /// dst &= imm
     pub fn and_imm(&mut self, dst: Reg, imm: i32) {
         self.insns.push(insn(ALU64 | AND | K, dst, R0, 0, imm));
+    }
+
+    /// dst = the low 16 bits of dst from network order to the host's (a byte swap on a
+    /// little-endian host), zero-extended: for a field compared by size, not equality.
+    pub fn from_be16(&mut self, dst: Reg) {
+        self.insns.push(insn(ALU | END | TO_BE, dst, R0, 0, 16));
     }
 
     /// dst = *(size *)(src + off), zero-extended.
@@ -295,6 +306,21 @@ mod tests {
             }
         );
         assert_eq!(std::mem::size_of::<Insn>(), 8);
+    }
+
+    #[test]
+    fn a_byte_swap_encodes_as_end_to_be() {
+        let mut a = Asm::new();
+        a.from_be16(R8); // dc 08 0000 10000000
+        assert_eq!(
+            a.finish()[0],
+            Insn {
+                code: 0xdc,
+                regs: 0x08,
+                off: 0,
+                imm: 16
+            }
+        );
     }
 
     #[test]

@@ -19,6 +19,32 @@ pub const FRAMES: u32 = 4096;
 const RECEIVE_FRAMES: usize = FRAMES as usize / 2;
 /// Frames received or sent per call.
 const BATCH: usize = 64;
+/// `SOL_XDP` options (include/uapi/linux/if_xdp.h).
+const SOL_XDP: libc::c_int = 283;
+const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
+/// Frames the kernel sends per wake-up in copy mode, where it allows more than its default
+/// of 32 (`XDP_MAX_TX_SKB_BUDGET`).
+const TX_BUDGET: u32 = BATCH as u32;
+/// Wake-ups per send at most: enough to empty the ring at the default budget.
+const KICKS: usize = 2048 / 32;
+
+/// Has the kernel send what waits in the TX ring. In copy mode each wake-up sends at most a
+/// budget of frames and answers EAGAIN while more wait, so it is repeated; in zero-copy mode
+/// one starts the driver.
+fn kick(fd: RawFd) {
+    for _ in 0..KICKS {
+        // SAFETY: a send of nothing, which AF_XDP takes as the wake-up; no memory is passed.
+        let r = unsafe { libc::sendto(fd, std::ptr::null(), 0, libc::MSG_DONTWAIT, std::ptr::null(), 0) };
+        if r >= 0 {
+            return;
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::EINTR) => continue,
+            // ENOBUFS and the like: the frames stay queued for the next send's wake-up.
+            _ => return,
+        }
+    }
+}
 
 /// The socket, its rings and its memory, in drop order: the socket and rings go before the
 /// UMEM they use.
@@ -29,7 +55,16 @@ pub struct XskQueue {
     slab: HeapSlab,
     /// Frames given to the kernel to send and not yet given back.
     sending: usize,
+    /// Whether a datagram may be a peer's GSO batch to cut ([`super::glued`]): in generic mode.
+    split_batches: bool,
 }
+
+// SAFETY: the raw pointers inside (the UMEM's and the rings' mappings, the slab's frames,
+// which point into the UMEM) all point into memory this struct maps and owns; none is tied
+// to a thread, and every access goes through `&mut self`, so the queue may move to another
+// thread (the port keeps it behind a mutex). Tested by the port's receive and send from
+// different threads (tests/xdp.rs).
+unsafe impl Send for XskQueue {}
 
 /// Where a received datagram came from and where its payload lies in its frame.
 #[derive(Debug, PartialEq, Eq)]
@@ -106,12 +141,31 @@ impl XskQueue {
                 umem,
                 slab: HeapSlab::with_capacity(BATCH),
                 sending: 0,
+                split_batches: false,
             };
             // SAFETY: the frames lent stay in this queue's UMEM, which outlives its socket.
             unsafe { q.rings.fill_ring.enqueue(&mut q.umem, RECEIVE_FRAMES, true)? };
+            // Older kernels do not know the option and send 32 frames a wake-up.
+            let budget = TX_BUDGET;
+            // SAFETY: the kernel reads a u32 of the size given.
+            unsafe {
+                libc::setsockopt(
+                    q.socket.as_raw_fd(),
+                    SOL_XDP,
+                    XDP_MAX_TX_SKB_BUDGET,
+                    (&budget as *const u32).cast(),
+                    4,
+                )
+            };
             Ok(q)
         };
         open(true).or_else(|_| open(false))
+    }
+
+    /// Has each received datagram checked for being several messages glued together (see
+    /// [`super::glued`]): for a program in generic mode.
+    pub fn split_batches(&mut self, on: bool) {
+        self.split_batches = on;
     }
 
     /// Whether the socket runs zero-copy.
@@ -130,10 +184,21 @@ impl XskQueue {
         let mut malformed = 0;
         while let Some(frame) = self.slab.pop_back() {
             match parse(&frame) {
-                Some(r) => out.push(Datagram {
-                    data: BytesMut::from(&frame[r.payload]),
-                    src: r.src,
-                }),
+                Some(r) => {
+                    let payload = &frame[r.payload];
+                    let whole = 0..payload.len();
+                    let cuts: Box<dyn Iterator<Item = _>> = if self.split_batches {
+                        Box::new(super::glued::messages(payload))
+                    } else {
+                        Box::new(std::iter::once(whole))
+                    };
+                    for m in cuts {
+                        out.push(Datagram {
+                            data: BytesMut::from(&payload[m]),
+                            src: r.src,
+                        });
+                    }
+                }
                 None => malformed += 1,
             }
             self.umem.free_packet(frame);
@@ -176,8 +241,9 @@ impl XskQueue {
                 }
             }
             let ready = self.slab.len();
-            // SAFETY: as above. A wake-up each batch, as for the fill ring.
-            let sent = unsafe { tx.send(&mut self.slab, true) }.unwrap_or(0);
+            // SAFETY: as above. The crate's own wake-up would report a busy kernel as a
+            // failure after the frames were queued; `kick` below handles it.
+            let sent = unsafe { tx.send(&mut self.slab, false) }.unwrap_or(0);
             queued += sent;
             self.sending += sent;
             // What the ring did not take goes back.
@@ -187,6 +253,9 @@ impl XskQueue {
             if sent < ready {
                 break;
             }
+        }
+        if queued > 0 {
+            kick(self.socket.as_raw_fd());
         }
         queued
     }

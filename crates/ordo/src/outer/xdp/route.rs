@@ -58,6 +58,112 @@ impl Routes {
     pub fn hop(&self, to: IpAddr) -> io::Result<Option<Hop>> {
         self.rt.block_on(hop(self.handle.clone(), to))
     }
+
+    /// The addresses of interface `ifindex`, both families.
+    pub fn addresses(&self, ifindex: u32) -> io::Result<Vec<IpAddr>> {
+        self.rt.block_on(addresses(self.handle.clone(), ifindex))
+    }
+
+    /// The index of the interface named `name`, if there is one.
+    pub fn index_of(&self, name: &str) -> io::Result<Option<u32>> {
+        self.rt.block_on(async {
+            let mut links = self.handle.link().get().match_name(name.to_string()).execute();
+            match links.try_next().await {
+                Ok(l) => Ok(l.map(|l| l.header.index)),
+                // The kernel answers ENODEV for a name it does not know.
+                Err(rtnetlink::Error::NetlinkError(_)) => Ok(None),
+                Err(e) => Err(failed("reading an interface", e)),
+            }
+        })
+    }
+
+    /// The interfaces a host's peers are most likely reached by, for `Outer = xdp` when none
+    /// is named: those of its default routes (main table, both families); without a default
+    /// route, every interface that is up, has an Ethernet address and an IP address.
+    pub fn outer_interfaces(&self) -> io::Result<Vec<Interface>> {
+        self.rt.block_on(outer_interfaces(self.handle.clone()))
+    }
+}
+
+/// A network interface by index and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    pub index: u32,
+    pub name: String,
+}
+
+async fn addresses(handle: Handle, ifindex: u32) -> io::Result<Vec<IpAddr>> {
+    use rtnetlink::packet_route::address::AddressAttribute;
+    let mut found = Vec::new();
+    let mut all = handle.address().get().set_link_index_filter(ifindex).execute();
+    while let Some(a) = all.try_next().await.map_err(|e| failed("reading addresses", e))? {
+        // IPv4 names its own address Local (Address is the far end on a point-to-point
+        // link); IPv6 has Address alone.
+        let local = a.attributes.iter().find_map(|at| match at {
+            AddressAttribute::Local(ip) => Some(*ip),
+            _ => None,
+        });
+        let address = a.attributes.iter().find_map(|at| match at {
+            AddressAttribute::Address(ip) => Some(*ip),
+            _ => None,
+        });
+        if let Some(ip) = local.or(address) {
+            found.push(ip);
+        }
+    }
+    Ok(found)
+}
+
+async fn outer_interfaces(handle: Handle) -> io::Result<Vec<Interface>> {
+    use rtnetlink::packet_route::link::{LinkFlags, LinkLayerType};
+    let mut links = Vec::new();
+    let mut all = handle.link().get().execute();
+    while let Some(l) = all.try_next().await.map_err(|e| failed("reading interfaces", e))? {
+        let usable = l.header.link_layer_type == LinkLayerType::Ether && l.header.flags.contains(LinkFlags::Up);
+        let name = l.attributes.iter().find_map(|a| match a {
+            LinkAttribute::IfName(n) => Some(n.clone()),
+            _ => None,
+        });
+        if let (true, Some(name)) = (usable, name) {
+            links.push(Interface {
+                index: l.header.index,
+                name,
+            });
+        }
+    }
+    let mut defaults = Vec::new();
+    for version in [IpVersion::V4, IpVersion::V6] {
+        let mut query = RouteMessage::default();
+        query.header.address_family = if version == IpVersion::V4 {
+            AddressFamily::Inet
+        } else {
+            AddressFamily::Inet6
+        };
+        let mut routes = handle.route().get(query).execute();
+        while let Some(r) = routes.try_next().await.map_err(|e| failed("reading routes", e))? {
+            if r.header.destination_prefix_length != 0 || r.header.table != 254 {
+                continue;
+            }
+            for a in &r.attributes {
+                if let RouteAttribute::Oif(i) = a {
+                    if !defaults.contains(i) {
+                        defaults.push(*i);
+                    }
+                }
+            }
+        }
+    }
+    if defaults.iter().any(|i| links.iter().any(|l| l.index == *i)) {
+        links.retain(|l| defaults.contains(&l.index));
+        return Ok(links);
+    }
+    let mut addressed = Vec::new();
+    for l in links {
+        if !addresses(handle.clone(), l.index).await?.is_empty() {
+            addressed.push(l);
+        }
+    }
+    Ok(addressed)
 }
 
 /// How a datagram to `to` leaves; None when no route reaches it, or it leaves by an
