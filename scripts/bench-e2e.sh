@@ -2,6 +2,8 @@
 # End-to-end throughput, Ordo against wireguard-go and boringtun in one run: two hosts over
 # veth, the same implementation at both ends, iperf3 through the tunnel:
 #   tcp       one TCP flow A->B          tcp-rev   one TCP flow B->A
+#   udp64     64-byte datagrams A->B, offered without limit for DURATION: packets per second
+#             received (small packets: the per-packet cost)
 #   tcp4      four TCP flows A->B        udp       1392-byte datagrams A->B (4 MB iperf3 socket
 #                                                  buffers) at the highest
 #                                                  offered rate with under 1% loss: a
@@ -11,6 +13,8 @@
 # Ordo runs in each execution model (ordo-pool, ordo-inline, ordo-threaded, ordo-auto). An
 # implementation named IMPL@split runs each tunnel end's daemon on a CPU of its own (taskset:
 # A on CPU 0, B on CPU 1), as two machines would; iperf3 and the kernel still share both.
+# An implementation named IMPL+xdp runs Ordo with Outer = xdp at both ends (ordo-inline+xdp,
+# ordo-auto+xdp@split).
 # TCP cases run RUNS times (medians); the UDP search runs once per implementation. Each row
 # has the CPU time both daemons used (from /proc) and ratios against wireguard-go measured
 # in the same run; Ordo's in-order stage figures follow.
@@ -47,9 +51,11 @@ measure() {
     local impl=$1 secs=$2 model=""
     shift 2
     local cpus_a="" cpus_b=""
+    local outer=udp
     [[ $impl == *@split ]] && { impl=${impl%@split}; cpus_a=0; cpus_b=1; }
+    [[ $impl == *+xdp ]] && { impl=${impl%+xdp}; outer=xdp; }
     [[ $impl == ordo-* ]] && { model=${impl#ordo-}; impl=ordo; }
-    CPUS_A=$cpus_a CPUS_B=$cpus_b ORDO_MODEL=$model tunnel "$impl" "$impl" >/dev/null
+    CPUS_A=$cpus_a CPUS_B=$cpus_b ORDO_MODEL=$model ORDO_OUTER=$outer tunnel "$impl" "$impl" >/dev/null
     ip netns exec "$NS_A" ping -q -c 2 -i 0.2 -w 10 "$IN_B" >/dev/null
     # Daemons only: the baseline is taken before iperf3 starts, and iperf3 is not counted.
     local cpu0 cpu1 json steal0 steal1
@@ -109,6 +115,7 @@ results=$(mktemp)
 for case in "${CASES[@]}"; do
     [[ $case == udp ]] && continue
     args=(); [[ $case == tcp-rev ]] && args=(-R); [[ $case == tcp4 ]] && args=(-P 4)
+    [[ $case == udp64 ]] && args=(-u -l 64 -w 4M -b 0)
     for _ in $(seq "$RUNS"); do
         for impl in "${IMPLS[@]}"; do
             for try in $(seq "$STEAL_TRIES"); do
@@ -161,7 +168,10 @@ print()
 print("| case | implementation | Gbit/s | x wireguard-go | daemon cores (both ends) | cores per Gbit/s | x wireguard-go | retransmits / UDP loss % | each run, Gbit/s | host steal %, each run |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 med = lambda k, i: statistics.median(r[i] for r in rows[k])
+small = [k for k in rows if k[0] == "udp64"]
 for (case, impl) in rows:
+    if case == "udp64":
+        continue
     g, c = med((case, impl), 0), med((case, impl), 1)
     # Against wireguard-go placed the same way (IMPL@split against wireguard-go@split).
     ref = (case, "wireguard-go@split" if impl.endswith("@split") and (case, "wireguard-go@split") in rows else "wireguard-go")
@@ -171,6 +181,20 @@ for (case, impl) in rows:
     runs = " ".join(f"{r[0]:.2f}" for r in rows[(case, impl)])
     steal = " ".join(f"{r[3]:g}" for r in rows[(case, impl)])
     print(f"| {case} | {impl} | {g:.2f} | {rg:.2f} | {c:.2f} | {cpg:.2f} | {rc:.2f} | {med((case, impl), 2):g} | {runs} | {steal} |")
+if small:
+    # 64 payload bytes a datagram: Gbit/s received / 512 bits = packets per second.
+    kpps = lambda k: med(k, 0) * 1e9 / 512 / 1e3
+    ref = ("udp64", "wireguard-go")
+    print()
+    print("Small packets (64-byte UDP payloads, offered without limit):")
+    print()
+    print("| implementation | thousand packets/s received | x wireguard-go | loss % | daemon cores (both ends) | cores per Mpps | x wireguard-go |")
+    print("|---|---|---|---|---|---|---|")
+    for k in small:
+        p, c = kpps(k), med(k, 1)
+        rp = p / kpps(ref) if ref in rows and kpps(ref) else float("nan")
+        rc = (c / p) / (med(ref, 1) / kpps(ref)) if ref in rows and kpps(ref) else float("nan")
+        print(f"| {k[1]} | {p:.0f} | {rp:.2f} | {med(k, 2):g} | {c:.2f} | {1e3 * c / p:.2f} | {rc:.2f} |")
 if lanes:
     print()
     print("Ordo's in-order stage at saturation (one TCP flow), summed over the runs:")

@@ -16,8 +16,15 @@ KERNEL_CALLS = [
     ("tun read", ("tun_chr_read_iter",)),
     ("udp send", ("udp_sendmsg", "udpv6_sendmsg")),
     ("udp receive", ("udp_recvmsg", "udpv6_recvmsg")),
+    # AF_XDP (Outer = xdp): the wake-up that has the kernel send the TX ring (in copy mode the
+    # copy and the driver's transmit happen inside it), and the one that refills the fill
+    # ring; the redirect and copy of received frames run in the softirq of whoever sent them.
+    ("xsk send", ("xsk_sendmsg",)),
+    ("xsk receive", ("xsk_recvmsg", "xsk_poll")),
 ]
-BINS = ["aead", "tun read", "tun write", "udp send", "udp receive", "kernel other", "user other"]
+BINS = ["aead", "tun read", "tun write", "udp send", "udp receive", "xsk send", "xsk receive", "kernel other", "user other"]
+# The bins every implementation over a TUN device and an outer path pays for.
+FLOOR = BINS[:7]
 
 
 def samples(path):
@@ -64,7 +71,7 @@ def bin_of(frames):
 
 def profile(nproc, gbps, script, daemons):
     """One implementation's row: cores per Gbit/s of the daemons (all bins), of each bin and
-    of iperf3; the idle cores; the floor (AEAD + TUN + UDP); and the ceiling in Gbit/s, the
+    of iperf3; the idle cores; the floor (AEAD + TUN + the outer path: UDP or AF_XDP); and the ceiling in Gbit/s, the
     rate at which `nproc` cores doing only the floor's work and iperf3's would carry it."""
     total, bins, iperf3, idle = 0, Counter(), 0, 0
     for pid, comm, frames in samples(script):
@@ -77,8 +84,10 @@ def profile(nproc, gbps, script, daemons):
             idle += 1
     per = lambda n: nproc * n / max(total, 1) / max(gbps, 1e-9)
     by_bin = [per(bins[b]) for b in BINS]
-    floor = sum(by_bin[:5])
+    floor = sum(by_bin[: len(FLOOR)])
+    outer = sum(per(bins[b]) for b in ("udp send", "udp receive", "xsk send", "xsk receive"))
     return {
+        "outer": outer,
         "daemons": per(sum(bins.values())),
         "bins": by_bin,
         "iperf3": per(iperf3),
@@ -93,19 +102,22 @@ def main():
     args = sys.argv[2:]
     print("Cores per Gbit/s of one TCP flow, by where a daemon's time went (machine-wide perf samples)\n")
     print("| implementation | Gbit/s | daemons | " + " | ".join(BINS)
-          + " | iperf3 | idle cores | AEAD + TUN + UDP | ceiling Gbit/s | share of ceiling |")
-    print("|---|" + "---|" * (len(BINS) + 7))
+          + " | outer path | iperf3 | idle cores | AEAD + TUN + outer | ceiling Gbit/s | share of ceiling |")
+    print("|---|" + "---|" * (len(BINS) + 8))
     for i in range(0, len(args), 4):
         name, iperf, script, pids = args[i : i + 4]
         daemons = {int(p) for p in pids.split(",") if p}
         gbps = json.load(open(iperf))["end"]["sum_received"]["bits_per_second"] / 1e9
         r = profile(nproc, gbps, script, daemons)
         print(f"| {name} | {gbps:.2f} | {r['daemons']:.3f} | " + " | ".join(f"{x:.3f}" for x in r["bins"])
-              + f" | {r['iperf3']:.3f} | {r['idle']:.2f} | {r['floor']:.3f} | {r['ceiling']:.2f}"
+              + f" | {r['outer']:.3f} | {r['iperf3']:.3f} | {r['idle']:.2f} | {r['floor']:.3f} | {r['ceiling']:.2f}"
               + f" | {gbps / r['ceiling']:.0%} |")
+    print("\nouter path: udp send + udp receive + xsk send + xsk receive, the kernel's share of moving"
+          "\nthe datagrams (a receiver's redirect and copy run inside its sender's call).")
     print("\nceiling: the rate at which the machine's cores would carry the flow if they did only the"
-          "\nunavoidable work of this run, AEAD + TUN + UDP and iperf3's, and never idled: what any"
-          "\nimplementation over a TUN device and kernel UDP sockets could reach here, at best.")
+          "\nunavoidable work of this run, AEAD + TUN + the outer path (UDP or AF_XDP) and iperf3's,"
+          "\nand never idled: what any implementation over a TUN device and that outer path could reach"
+          "\nhere, at best.")
 
 
 if __name__ == "__main__":

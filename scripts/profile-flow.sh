@@ -6,13 +6,16 @@
 # or receive (each with what the kernel does inside that call, e.g. the receiving TCP stack
 # inside a TUN write); other kernel time (interrupts, timers, poll, scheduling); the rest of
 # user space. Figures are cores per Gbit/s of the flow, so implementations compare directly;
-# AEAD + TUN + UDP is what any implementation over a TUN device and kernel UDP sockets pays
+# AEAD + TUN + outer (UDP, or AF_XDP for Ordo with Outer = xdp) is what any implementation
+# over a TUN device and that outer path pays
 # (see BENCHMARKS.md); the ceiling is the rate at which the cores would carry the flow doing
 # only that and iperf3's work, never idle, so "share of ceiling" compares implementations
 # against what this machine allows in the same run, whatever its speed that day.
 #
 #   scripts/profile-flow.sh [IMPL...]      default: ordo-inline wireguard-go
-#   IMPL: ordo-MODEL (pool, inline, threaded, auto), wireguard-go, boringtun
+#   IMPL: ordo-MODEL (pool, inline, threaded, auto), ordo-MODEL+xdp (Outer = xdp at both
+#   ends), ordo-MODEL+nogso (kernel UDP without GSO and GRO: a datagram per packet, as
+#   AF_XDP sends them), wireguard-go, boringtun
 # Needs perf (Debian: apt-get install --no-install-recommends linux-perf).
 set -euo pipefail
 source "$(dirname "$0")/../tests/interop/lib.sh"
@@ -29,9 +32,11 @@ n=0
 for name in "${IMPLS[@]}"; do
     n=$((n + 1))
     f="$work/$n"  # the same implementation may be listed twice
-    impl=$name model=""
+    impl=$name model="" outer=udp offloads=on
+    [[ $impl == *+xdp ]] && { impl=${impl%+xdp}; outer=xdp; }
+    [[ $impl == *+nogso ]] && { impl=${impl%+nogso}; offloads=off; }
     [[ $impl == ordo-* ]] && { model=${impl#ordo-}; impl=ordo; }
-    ORDO_MODEL=$model tunnel "$impl" "$impl" >/dev/null
+    ORDO_MODEL=$model ORDO_OUTER=$outer ORDO_UDP_OFFLOADS=$offloads tunnel "$impl" "$impl" >/dev/null
     ip netns exec "$NS_A" ping -q -c 2 -i 0.2 -w 10 "$IN_B" >/dev/null
     daemons=$( (ip netns pids "$NS_A"; ip netns pids "$NS_B") | tr '\n' ,)
     ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &

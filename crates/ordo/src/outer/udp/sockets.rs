@@ -50,10 +50,19 @@ fn force_buffer(s: &Socket, option: libc::c_int) -> bool {
     super::batch::set_int_option(s, libc::SOL_SOCKET, option, SOCKET_BUFFER as libc::c_int)
 }
 
+/// Turns UDP GSO and GRO off when set to `off`: for measuring what they save
+/// (`scripts/profile-flow.sh`), not for use.
+pub const OFFLOADS_ENV: &str = "ORDO_UDP_OFFLOADS";
+
+fn offloads_wanted() -> bool {
+    std::env::var(OFFLOADS_ENV).map_or(true, |v| v != "off")
+}
+
 impl Sockets {
     fn new(v4: UdpSocket, v6: Option<UdpSocket>, port: u16) -> Sockets {
-        let gro = super::batch::enable_gro(&v4) & v6.as_ref().is_none_or(super::batch::enable_gro);
-        let gso = AtomicBool::new(super::batch::gso_supported(&v4));
+        let wanted = offloads_wanted();
+        let gro = wanted && super::batch::enable_gro(&v4) & v6.as_ref().is_none_or(super::batch::enable_gro);
+        let gso = AtomicBool::new(wanted && super::batch::gso_supported(&v4));
         Sockets { v4, v6, port, gso, gro }
     }
 

@@ -3,7 +3,8 @@
 //!
 //! The UMEM holds [`FRAMES`] frames of 4 KB (16 MB a queue): half lent to the kernel for
 //! receiving (the fill ring), half for sending. The socket is bound with need_wakeup, but the
-//! `xdp` crate does not expose the rings' flag, so each batch wakes the kernel.
+//! `xdp` crate does not expose the rings' flag: each send wakes the kernel (in copy mode it
+//! sends only when woken), and in zero-copy mode each refill of the fill ring does too.
 
 use super::frame::{header_len, write_headers, Path};
 use crate::port::Datagram;
@@ -57,6 +58,8 @@ pub struct XskQueue {
     sending: usize,
     /// Whether a datagram may be a peer's GSO batch to cut ([`super::glued`]): in generic mode.
     split_batches: bool,
+    /// Whether the driver fills the UMEM itself (zero-copy), rather than the kernel copying.
+    zero_copy: bool,
 }
 
 // SAFETY: the raw pointers inside (the UMEM's and the rings' mappings, the slab's frames,
@@ -142,9 +145,11 @@ impl XskQueue {
                 slab: HeapSlab::with_capacity(BATCH),
                 sending: 0,
                 split_batches: false,
+                zero_copy: false,
             };
+            q.zero_copy = super::attach::zero_copy(q.socket.as_raw_fd()).unwrap_or(false);
             // SAFETY: the frames lent stay in this queue's UMEM, which outlives its socket.
-            unsafe { q.rings.fill_ring.enqueue(&mut q.umem, RECEIVE_FRAMES, true)? };
+            unsafe { q.rings.fill_ring.enqueue(&mut q.umem, RECEIVE_FRAMES, q.zero_copy)? };
             // Older kernels do not know the option and send 32 frames a wake-up.
             let budget = TX_BUDGET;
             // SAFETY: the kernel reads a u32 of the size given.
@@ -170,7 +175,7 @@ impl XskQueue {
 
     /// Whether the socket runs zero-copy.
     pub fn zero_copy(&self) -> bool {
-        super::attach::zero_copy(self.socket.as_raw_fd()).unwrap_or(false)
+        self.zero_copy
     }
 
     /// Appends the datagrams received (each payload copied out of its frame, which goes back
@@ -204,9 +209,11 @@ impl XskQueue {
             self.umem.free_packet(frame);
         }
         if n > 0 {
-            // SAFETY: as above. The `xdp` crate does not read the rings' need-wakeup flag, so
-            // each refill wakes the kernel (a system call a batch).
-            let _ = unsafe { self.rings.fill_ring.enqueue(&mut self.umem, n, true) };
+            // In copy mode the kernel takes frames from the fill ring as it copies, without a
+            // wake-up. A zero-copy driver may sleep when the ring runs dry, and the `xdp` crate
+            // does not read the ring's need-wakeup flag: woken every refill.
+            // SAFETY: as above.
+            let _ = unsafe { self.rings.fill_ring.enqueue(&mut self.umem, n, self.zero_copy) };
         }
         malformed
     }
