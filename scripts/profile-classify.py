@@ -6,6 +6,7 @@
 
 DAEMON_PIDS is a comma-separated list: the processes of both tunnel ends."""
 import json
+import os
 import sys
 from collections import Counter
 
@@ -69,6 +70,18 @@ def bin_of(frames):
     return "user other"
 
 
+def leaves(nproc, gbps, script, daemons, wanted, top=12):
+    """The `top` innermost functions of a daemon's samples in bin `wanted`, as cores per
+    Gbit/s: what that bin's time is spent on."""
+    total, counts = 0, Counter()
+    for pid, _, frames in samples(script):
+        total += 1
+        if pid in daemons and bin_of(frames) == wanted:
+            counts[frames[0][0] if frames else "?"] += 1
+    per = lambda n: nproc * n / max(total, 1) / max(gbps, 1e-9)
+    return [(sym, per(n)) for sym, n in counts.most_common(top)]
+
+
 def profile(nproc, gbps, script, daemons):
     """One implementation's row: cores per Gbit/s of the daemons (all bins), of each bin and
     of iperf3; the idle cores; the floor (AEAD + TUN + the outer path: UDP or AF_XDP); and the ceiling in Gbit/s, the
@@ -112,6 +125,17 @@ def main():
         print(f"| {name} | {gbps:.2f} | {r['daemons']:.3f} | " + " | ".join(f"{x:.3f}" for x in r["bins"])
               + f" | {r['outer']:.3f} | {r['iperf3']:.3f} | {r['idle']:.2f} | {r['floor']:.3f} | {r['ceiling']:.2f}"
               + f" | {gbps / r['ceiling']:.0%} |")
+    detail = os.environ.get("PROFILE_BIN_DETAIL")
+    if detail:
+        for i in range(0, len(args), 4):
+            name, iperf, script, pids = args[i : i + 4]
+            daemons = {int(p) for p in pids.split(",") if p}
+            gbps = json.load(open(iperf))["end"]["sum_received"]["bits_per_second"] / 1e9
+            top = leaves(nproc, gbps, script, daemons, detail)
+            if top:
+                print(f"\n{name}, bin '{detail}', innermost functions (cores per Gbit/s):")
+                for sym, c in top:
+                    print(f"  {c:.4f}  {sym}")
     print("\nouter path: udp send + udp receive + xsk send + xsk receive, the kernel's share of moving"
           "\nthe datagrams (a receiver's redirect and copy run inside its sender's call).")
     print("\nceiling: the rate at which the machine's cores would carry the flow if they did only the"

@@ -16,6 +16,7 @@
 #   IMPL: ordo-MODEL (pool, inline, threaded, auto), ordo-MODEL+xdp (Outer = xdp at both
 #   ends), ordo-MODEL+nogso (kernel UDP without GSO and GRO: a datagram per packet, as
 #   AF_XDP sends them), wireguard-go, boringtun
+# PROFILE_BIN_DETAIL=BIN (e.g. "xsk send") also lists the innermost functions of that bin.
 # Needs perf (Debian: apt-get install --no-install-recommends linux-perf).
 set -euo pipefail
 source "$(dirname "$0")/../tests/interop/lib.sh"

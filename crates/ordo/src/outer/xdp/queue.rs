@@ -60,10 +60,12 @@ pub struct XskQueue {
     split_batches: bool,
     /// Whether the driver fills the UMEM itself (zero-copy), rather than the kernel copying.
     zero_copy: bool,
+    /// The frames of the batch being received (kept to spare an allocation a batch).
+    received: Vec<xdp::Packet>,
 }
 
-// SAFETY: the raw pointers inside (the UMEM's and the rings' mappings, the slab's frames,
-// which point into the UMEM) all point into memory this struct maps and owns; none is tied
+// SAFETY: the raw pointers inside (the UMEM's and the rings' mappings, the frames of the
+// slab and of `received`, which point into the UMEM) all point into memory this struct maps and owns; none is tied
 // to a thread, and every access goes through `&mut self`, so the queue may move to another
 // thread (the port keeps it behind a mutex). Tested by the port's receive and send from
 // different threads (tests/xdp.rs).
@@ -146,6 +148,7 @@ impl XskQueue {
                 sending: 0,
                 split_batches: false,
                 zero_copy: false,
+                received: Vec::with_capacity(BATCH),
             };
             q.zero_copy = super::attach::zero_copy(q.socket.as_raw_fd()).unwrap_or(false);
             // SAFETY: the frames lent stay in this queue's UMEM, which outlives its socket.
@@ -186,8 +189,16 @@ impl XskQueue {
         };
         // SAFETY: the packets go back to this UMEM below, before it can go.
         let n = unsafe { rx.recv(&self.umem, &mut self.slab) };
-        let mut malformed = 0;
+        // The payloads are copied into one buffer per batch, each datagram a slice of it (as
+        // a GRO batch is over kernel UDP): one allocation a batch, not one a datagram.
+        self.received.clear();
         while let Some(frame) = self.slab.pop_back() {
+            self.received.push(frame);
+        }
+        let bytes = self.received.iter().map(|f| f.len()).sum();
+        let mut buffer = BytesMut::with_capacity(bytes);
+        let mut malformed = 0;
+        for frame in self.received.drain(..) {
             match parse(&frame) {
                 Some(r) => {
                     let payload = &frame[r.payload];
@@ -198,8 +209,9 @@ impl XskQueue {
                         Box::new(std::iter::once(whole))
                     };
                     for m in cuts {
+                        buffer.extend_from_slice(&payload[m]);
                         out.push(Datagram {
-                            data: BytesMut::from(&payload[m]),
+                            data: buffer.split(),
                             src: r.src,
                         });
                     }
