@@ -314,6 +314,21 @@ impl OuterPort for XdpPort {
             "drop_xdp_malformed",
             self.counts.malformed.load(Ordering::Relaxed),
         ));
+        // Counted by the kernel before Ordo saw the frame, summed over the sockets.
+        let mut kernel = super::queue::Statistics::default();
+        for socket in self.attached.iter().flat_map(|a| &a.sockets) {
+            if let Ok(s) = locked(socket).statistics() {
+                kernel.rx_dropped += s.rx_dropped;
+                kernel.rx_ring_full += s.rx_ring_full;
+                kernel.rx_fill_ring_empty_descs += s.rx_fill_ring_empty_descs;
+            }
+        }
+        c.push(Counter::new("drop_os_xsk_receive_ring_full", kernel.rx_ring_full));
+        c.push(Counter::new(
+            "drop_os_xsk_fill_ring_empty",
+            kernel.rx_fill_ring_empty_descs,
+        ));
+        c.push(Counter::new("drop_os_xsk_other", kernel.rx_dropped));
         let mut verdicts = Vec::new();
         for a in &self.attached {
             for (i, (v, n)) in locked(&a.attachment).verdicts().into_iter().enumerate() {

@@ -22,7 +22,24 @@ const RECEIVE_FRAMES: usize = FRAMES as usize / 2;
 const BATCH: usize = 64;
 /// `SOL_XDP` options (include/uapi/linux/if_xdp.h).
 const SOL_XDP: libc::c_int = 283;
+const XDP_STATISTICS: libc::c_int = 7;
 const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
+
+/// What the kernel counts of a socket: frames it dropped before Ordo saw them
+/// (`struct xdp_statistics`, include/uapi/linux/if_xdp.h).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Statistics {
+    /// Dropped for other reasons (a frame longer than a UMEM frame, ...).
+    pub rx_dropped: u64,
+    pub rx_invalid_descs: u64,
+    pub tx_invalid_descs: u64,
+    /// Dropped because the receive ring was full: Ordo did not read fast enough.
+    pub rx_ring_full: u64,
+    /// Dropped because the fill ring was empty: no frame to receive into.
+    pub rx_fill_ring_empty_descs: u64,
+    pub tx_ring_empty_descs: u64,
+}
 /// Frames the kernel sends per wake-up in copy mode, where it allows more than its default
 /// of 32 (`XDP_MAX_TX_SKB_BUDGET`).
 const TX_BUDGET: u32 = BATCH as u32;
@@ -174,6 +191,26 @@ impl XskQueue {
     /// [`super::glued`]): for a program in generic mode.
     pub fn split_batches(&mut self, on: bool) {
         self.split_batches = on;
+    }
+
+    /// The kernel's counts for this socket.
+    pub fn statistics(&self) -> io::Result<Statistics> {
+        let mut stats = Statistics::default();
+        let mut len = std::mem::size_of::<Statistics>() as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes into `stats`, a struct of that size.
+        let r = unsafe {
+            libc::getsockopt(
+                self.socket.as_raw_fd(),
+                SOL_XDP,
+                XDP_STATISTICS,
+                (&mut stats as *mut Statistics).cast(),
+                &mut len,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stats)
     }
 
     /// Whether the socket runs zero-copy.
