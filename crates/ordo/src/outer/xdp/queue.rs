@@ -1,7 +1,7 @@
 //! One AF_XDP socket with its UMEM and rings: the WireGuard datagrams of one NIC queue,
 //! received from the frames the XDP program redirected and sent as frames Ordo writes.
 //!
-//! The UMEM holds [`FRAMES`] frames of 4 KB (16 MB a queue): half lent to the kernel for
+//! The UMEM holds [`FRAMES`] frames of 4 KB (32 MB a queue): half lent to the kernel for
 //! receiving (the fill ring), half for sending. The socket is bound with need_wakeup, but the
 //! `xdp` crate does not expose the rings' flag: each send wakes the kernel (in copy mode it
 //! sends only when woken), and in zero-copy mode each refill of the fill ring does too.
@@ -15,7 +15,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use xdp::slab::{HeapSlab, Slab};
 
 /// Frames in a queue's UMEM.
-pub const FRAMES: u32 = 4096;
+pub const FRAMES: u32 = 8192;
 /// Frames kept in the fill ring for the kernel to receive into.
 const RECEIVE_FRAMES: usize = FRAMES as usize / 2;
 /// Frames received or sent per call.
@@ -145,7 +145,15 @@ impl XskQueue {
             };
             let umem = xdp::Umem::map(cfg.build().map_err(io::Error::other)?)?;
             let mut builder = xdp::socket::XdpSocketBuilder::new().map_err(io::Error::other)?;
-            let rings_cfg = xdp::RingConfigBuilder::default().build().map_err(io::Error::other)?;
+            // The receive side as deep as the frames lent to it: a burst the size of a
+            // kernel socket's 4 MB buffer waits in the rings rather than being dropped.
+            let rings_cfg = xdp::RingConfigBuilder {
+                rx_count: RECEIVE_FRAMES as u32,
+                fill_count: RECEIVE_FRAMES as u32,
+                ..Default::default()
+            }
+            .build()
+            .map_err(io::Error::other)?;
             let (rings, mut flags) = builder
                 .build_wakable_rings(&umem, rings_cfg)
                 .map_err(io::Error::other)?;
