@@ -1058,6 +1058,20 @@ t_xdp() {
     [[ $(ordo_counter "$IF_A" xdp_passed_not_udp) -gt 0 ]] || fail "the program saw none of the host's own traffic"
 }
 
+# A datagram longer than the outer link's MTU (the inner MTU set too high) goes through the
+# kernel, which fragments it, instead of a frame the link would drop.
+t_xdp_mtu() {
+    export ORDO_OUTER=xdp
+    tunnel ordo wireguard-go
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    ip -n "$NS_A" link set "$IF_A" mtu 1600
+    local before
+    before=$(ordo_counter "$IF_A" xdp_sent_by_kernel)
+    ip netns exec "$NS_A" ping -q -c 3 -i 0.2 -w 10 -s 1550 -M dont "$IN_B" >/dev/null \
+        || fail "1578-byte packets through a 1500-byte outer link were lost"
+    (($(ordo_counter "$IF_A" xdp_sent_by_kernel) >= before + 3)) || fail "not sent through the kernel"
+}
+
 # The daemon killed with SIGKILL leaves no XDP program on the interface: the next datagrams
 # reach the kernel, and a new Ordo attaches again.
 t_xdp_sigkill() {
@@ -1144,6 +1158,7 @@ for p in "${PEERS[@]}"; do
     done
 done
 run_test "xdp_generic[wireguard-go]" t_xdp wireguard-go 4 generic
+run_test "xdp_mtu" t_xdp_mtu
 run_test "xdp_sigkill" t_xdp_sigkill
 run_test "xdp_fallback" t_xdp_fallback
 if ((QUICK == 0)); then

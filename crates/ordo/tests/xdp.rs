@@ -427,6 +427,7 @@ fn the_kernel_says_how_a_datagram_leaves() {
     assert_eq!(hop.source, "192.0.2.1".parse::<std::net::IpAddr>().unwrap());
     assert_eq!(hop.next_hop, "192.0.2.2".parse::<std::net::IpAddr>().unwrap());
     assert_eq!(hop.from_mac, a_mac);
+    assert_eq!(hop.mtu, 1500, "veth's");
     assert_eq!(hop.to_mac, None, "nothing has asked for B's address yet");
 
     assert!(ping(&ns.a, "192.0.2.2"));

@@ -3,10 +3,11 @@
 //! datagrams leave as frames Ordo writes on the path the kernel would take ([`Paths`]).
 //!
 //! A kernel UDP port ([`UdpPort`]) stays bound on the same port beside the sockets: it
-//! reserves the port, receives what the program passes (fragments, IP options, a datagram on
-//! a NIC queue without a socket), and sends what AF_XDP cannot yet (a destination whose next
-//! hop the kernel has not resolved, which the kernel then resolves; one by an interface
-//! without Ordo's program).
+//! reserves the port, receives what the program passes (fragments, IP options, a datagram
+//! longer than a frame or on a NIC queue without a socket), and sends what AF_XDP cannot (to
+//! a destination whose next hop the kernel has not resolved, which the kernel then resolves;
+//! by an interface without Ordo's program; longer than the link's MTU, which the kernel
+//! fragments).
 //!
 //! Queues: an AF_XDP socket receives only from the NIC queue it is bound to, which the
 //! sender's hash chooses, not Ordo. So NIC queue `n` belongs to Ordo queue `n mod queues`,
@@ -20,7 +21,7 @@ use super::filter::Filter;
 use super::frame::Path;
 use super::paths::Paths;
 use super::queue::XskQueue;
-use super::route::{Interface, Routes};
+use super::route::{Hop, Interface, Routes};
 use crate::outer::udp::{UdpPort, UdpReceive};
 use crate::port::{Counter, Datagram, OuterPort, OuterReceive, SteeringException, RECEIVE_WAIT};
 use std::io;
@@ -262,6 +263,11 @@ impl OuterPort for XdpPort {
     fn send(&self, queue: usize, to: SocketAddr, payloads: &[&[u8]]) -> usize {
         let hop = self.paths.get(to.ip());
         let on = hop.and_then(|h| Some((h, self.attached.iter().find(|a| a.interface.index == h.ifindex)?)));
+        // A datagram longer than the link's MTU goes through the kernel, which fragments it
+        // (a frame Ordo wrote would be dropped on the link): an inner MTU set too high.
+        let ip_udp = if to.is_ipv6() { 48 } else { 28 };
+        let fits = |h: &Hop| payloads.iter().all(|p| p.len() + ip_udp <= h.mtu as usize);
+        let on = on.filter(|(h, _)| fits(h));
         let Some((hop, attached)) = on else {
             let sent = self.udp.send(queue, to, payloads);
             self.counts.sent_kernel.fetch_add(sent as u64, Ordering::Relaxed);

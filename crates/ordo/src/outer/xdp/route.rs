@@ -29,6 +29,8 @@ pub struct Hop {
     pub next_hop: IpAddr,
     /// The interface's hardware address.
     pub from_mac: [u8; 6],
+    /// The interface's MTU: the longest IP packet a frame on it may carry.
+    pub mtu: u32,
     /// The next hop's, if the kernel has resolved it.
     pub to_mac: Option<[u8; 6]>,
 }
@@ -184,7 +186,7 @@ pub async fn hop(handle: Handle, to: IpAddr) -> io::Result<Option<Hop>> {
     let (Some(ifindex), Some(source)) = (ifindex, source) else {
         return Ok(None);
     };
-    let Some(from_mac) = link_mac(handle.clone(), ifindex).await? else {
+    let Some(Link { mac: from_mac, mtu }) = link(handle.clone(), ifindex).await? else {
         return Ok(None);
     };
     let next_hop = gateway.unwrap_or(to);
@@ -194,6 +196,7 @@ pub async fn hop(handle: Handle, to: IpAddr) -> io::Result<Option<Hop>> {
         source,
         next_hop,
         from_mac,
+        mtu,
         to_mac,
     }))
 }
@@ -235,16 +238,28 @@ async fn route_get(mut handle: Handle, to: IpAddr) -> io::Result<Option<RouteMes
     Ok(None)
 }
 
-async fn link_mac(handle: Handle, ifindex: u32) -> io::Result<Option<[u8; 6]>> {
+/// An interface's hardware address and MTU.
+struct Link {
+    mac: [u8; 6],
+    mtu: u32,
+}
+
+/// None for an interface without a hardware address.
+async fn link(handle: Handle, ifindex: u32) -> io::Result<Option<Link>> {
     let mut links = handle.link().get().match_index(ifindex).execute();
-    while let Some(l) = links.try_next().await.map_err(|e| failed("reading an interface", e))? {
-        for a in l.attributes {
-            if let LinkAttribute::Address(bytes) = a {
-                return Ok(mac_of(&bytes));
-            }
+    let Some(l) = links.try_next().await.map_err(|e| failed("reading an interface", e))? else {
+        return Ok(None);
+    };
+    let mut mac = None;
+    let mut mtu = 1500;
+    for a in l.attributes {
+        match a {
+            LinkAttribute::Address(bytes) => mac = mac_of(&bytes),
+            LinkAttribute::Mtu(m) => mtu = m,
+            _ => {}
         }
     }
-    Ok(None)
+    Ok(mac.map(|mac| Link { mac, mtu }))
 }
 
 /// The hardware address the neighbour table holds for `ip` on `ifindex`, if the entry is
