@@ -267,7 +267,7 @@ mod tests {
             ..Default::default()
         };
         s.model = "inline".into();
-        s.outer = "xdp on veth0 (native, copy, 1 sockets)".into();
+        s.outer = "xdp on veth0 (native, copy, 1 socket)".into();
         s.counters.insert("drop_replay".into(), 3);
         s.counters.insert("drop_bad_mac1".into(), 0);
         s.peers.push(PeerShow {
@@ -283,7 +283,7 @@ mod tests {
         assert!(r.contains("drops: replay=3\n"), "{r}");
         assert!(r.contains("ordo: model inline\n"), "{r}");
         assert!(
-            r.contains("  outer path: xdp on veth0 (native, copy, 1 sockets)\n"),
+            r.contains("  outer path: xdp on veth0 (native, copy, 1 socket)\n"),
             "{r}"
         );
         assert!(

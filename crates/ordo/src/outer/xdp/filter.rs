@@ -33,7 +33,7 @@ pub enum Verdict {
     Truncated,
     /// A datagram of Ordo's longer than an AF_XDP frame holds ([`MAX_DATAGRAM`]): a jumbo
     /// frame, or a peer's UDP GSO batch that generic mode hands over unsplit. The kernel
-    /// socket takes it whole (and splits a batch with GRO).
+    /// socket takes it (the kernel splits a batch into its datagrams).
     TooLong,
 }
 

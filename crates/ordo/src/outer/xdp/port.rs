@@ -203,7 +203,9 @@ impl XdpPort {
             .map(|a| {
                 let mode = locked(&a.attachment).mode;
                 let copy = if a.zero_copy { "zero-copy" } else { "copy" };
-                format!("{} ({mode}, {copy}, {} sockets)", a.interface.name, a.sockets.len())
+                let n = a.sockets.len();
+                let sockets = if n == 1 { "socket" } else { "sockets" };
+                format!("{} ({mode}, {copy}, {n} {sockets})", a.interface.name)
             })
             .collect::<Vec<_>>()
             .join(", ")

@@ -40,6 +40,7 @@ pub struct Statistics {
     pub rx_fill_ring_empty_descs: u64,
     pub tx_ring_empty_descs: u64,
 }
+
 /// Frames the kernel sends per wake-up in copy mode, where it allows more than its default
 /// of 32 (`XDP_MAX_TX_SKB_BUDGET`).
 const TX_BUDGET: u32 = BATCH as u32;
@@ -82,10 +83,10 @@ pub struct XskQueue {
 }
 
 // SAFETY: the raw pointers inside (the UMEM's and the rings' mappings, the frames of the
-// slab and of `received`, which point into the UMEM) all point into memory this struct maps and owns; none is tied
-// to a thread, and every access goes through `&mut self`, so the queue may move to another
-// thread (the port keeps it behind a mutex). Tested by the port's receive and send from
-// different threads (tests/xdp.rs).
+// slab and of `received`, which point into the UMEM) all point into memory this struct maps
+// and owns; none is tied to a thread, and every access goes through `&mut self`, so the
+// queue may move to another thread (the port keeps it behind a mutex). Tested by a queue
+// that receives on one thread and sends on another (tests/xdp.rs).
 unsafe impl Send for XskQueue {}
 
 /// Where a received datagram came from and where its payload lies in its frame.
