@@ -148,7 +148,7 @@ impl Map {
         })
     }
 
-    /// Sets entry `key` of a [`Map::values`].
+    /// Sets entry `key` of a map of 32-bit values ([`Map::values`], [`Map::sockets`]).
     pub fn set_u32(&self, key: u32, value: u32) -> io::Result<()> {
         debug_assert_eq!(self.value_size, 4);
         let mut attr = MapElem {
@@ -183,16 +183,10 @@ impl Map {
         Ok(values.iter().sum())
     }
 
-    /// Puts socket `fd` at `key` of a [`Map::sockets`].
+    /// Puts socket `fd` at `key` of a [`Map::sockets`] (the kernel takes the descriptor as
+    /// the entry's 32-bit value).
     pub fn set_socket(&self, key: u32, fd: RawFd) -> io::Result<()> {
-        let value = fd as u32;
-        let mut attr = MapElem {
-            map_fd: self.fd.as_raw_fd() as u32,
-            key: &key as *const u32 as u64,
-            value: &value as *const u32 as u64,
-            ..Default::default()
-        };
-        bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
+        self.set_u32(key, fd as u32)
     }
 
     /// Takes the socket at `key` out of a [`Map::sockets`].
