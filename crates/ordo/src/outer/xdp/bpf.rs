@@ -16,7 +16,6 @@ const BPF_MAP_DELETE_ELEM: u32 = 3;
 const BPF_PROG_LOAD: u32 = 5;
 const BPF_PROG_TEST_RUN: u32 = 10;
 const BPF_LINK_CREATE: u32 = 28;
-const BPF_LINK_UPDATE: u32 = 29;
 
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
@@ -325,21 +324,13 @@ struct LinkCreate {
     flags: u32,
 }
 
-#[repr(C)]
-#[derive(Default)]
-struct LinkUpdate {
-    link_fd: u32,
-    new_prog_fd: u32,
-    flags: u32,
-    old_prog_fd: u32,
-}
-
 /// An XDP program attached to an interface through a BPF link: it stays attached while the
 /// link's descriptor is open and leaves when it closes, so also when the process dies, however
 /// it dies. The kernel attaches no link over a program already on the interface (EBUSY), so
 /// no other tool's program is replaced.
 pub struct Link {
-    fd: OwnedFd,
+    /// Held, never read: closing it detaches the program.
+    _fd: OwnedFd,
 }
 
 impl Link {
@@ -350,17 +341,6 @@ impl Link {
             attach_type: BPF_XDP,
             flags: mode.flags(),
         };
-        bpf(BPF_LINK_CREATE, &mut attr).map(|fd| Link { fd: owned(fd) })
-    }
-
-    /// Puts `program` in place of the one the link holds, in one step: no frame meets no
-    /// program meanwhile.
-    pub fn replace(&self, program: &Program) -> io::Result<()> {
-        let mut attr = LinkUpdate {
-            link_fd: self.fd.as_raw_fd() as u32,
-            new_prog_fd: program.as_raw_fd() as u32,
-            ..Default::default()
-        };
-        bpf(BPF_LINK_UPDATE, &mut attr).map(drop)
+        bpf(BPF_LINK_CREATE, &mut attr).map(|fd| Link { _fd: owned(fd) })
     }
 }

@@ -38,7 +38,8 @@ pub const MAX_SOCKETS: u32 = 16;
 /// Ordo's program and sockets on one interface.
 struct Attached {
     interface: Interface,
-    attachment: Mutex<Attachment>,
+    /// Its calls need no lock: each is one system call on the map's descriptor.
+    attachment: Attachment,
     /// By NIC queue.
     sockets: Vec<Arc<Mutex<XskQueue>>>,
     zero_copy: bool,
@@ -153,7 +154,7 @@ impl XdpPort {
             let zero_copy = sockets.iter().all(|s| locked(s).zero_copy());
             attached.push(Attached {
                 interface,
-                attachment: Mutex::new(attachment),
+                attachment,
                 sockets,
                 zero_copy,
             });
@@ -175,7 +176,7 @@ impl XdpPort {
         for a in &self.attached {
             // Not fatal: the kernel socket has the port, and the program passes it what it
             // does not take.
-            if let Err(e) = locked(&a.attachment).set_port(now) {
+            if let Err(e) = a.attachment.set_port(now) {
                 eprintln!("ordo: {}: the XDP program keeps the old port: {e}", a.interface.name);
             }
         }
@@ -201,7 +202,7 @@ impl XdpPort {
         self.attached
             .iter()
             .map(|a| {
-                let mode = locked(&a.attachment).mode;
+                let mode = a.attachment.mode;
                 let copy = if a.zero_copy { "zero-copy" } else { "copy" };
                 let n = a.sockets.len();
                 let sockets = if n == 1 { "socket" } else { "sockets" };
@@ -215,7 +216,7 @@ impl XdpPort {
     pub fn mode(&self) -> Mode {
         self.attached
             .first()
-            .map(|a| locked(&a.attachment).mode)
+            .map(|a| a.attachment.mode)
             .unwrap_or(Mode::Generic)
     }
 }
@@ -339,7 +340,7 @@ impl OuterPort for XdpPort {
         c.push(Counter::new("drop_os_xsk_other", kernel.rx_dropped));
         let mut verdicts = Vec::new();
         for a in &self.attached {
-            for (i, (v, n)) in locked(&a.attachment).verdicts().into_iter().enumerate() {
+            for (i, (v, n)) in a.attachment.verdicts().into_iter().enumerate() {
                 match verdicts.get_mut(i) {
                     Some((_, total)) => *total += n,
                     None => verdicts.push((v, n)),

@@ -248,18 +248,17 @@ impl XskQueue {
             match parse(&frame) {
                 Some(r) => {
                     let payload = &frame[r.payload];
-                    let whole = 0..payload.len();
-                    let cuts: Box<dyn Iterator<Item = _>> = if self.split_batches {
-                        Box::new(super::glued::messages(payload))
-                    } else {
-                        Box::new(std::iter::once(whole))
-                    };
-                    for m in cuts {
+                    let mut push = |m: std::ops::Range<usize>| {
                         buffer.extend_from_slice(&payload[m]);
                         out.push(Datagram {
                             data: buffer.split(),
                             src: r.src,
                         });
+                    };
+                    if self.split_batches {
+                        super::glued::messages(payload).for_each(&mut push);
+                    } else {
+                        push(0..payload.len());
                     }
                 }
                 None => malformed += 1,
