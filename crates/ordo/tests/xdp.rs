@@ -567,16 +567,38 @@ fn attach_chooses_the_mode_and_says_why_not() {
     }
 }
 
-/// An XskQueue (outer/xdp/queue.rs) with Ordo's program: a peer's datagrams arrive as
-/// Datagrams with their source, and answers sent to that source on the path the kernel
-/// gives reach the peer's socket; a program in the other namespace checks them.
+/// An XskQueue (outer/xdp/queue.rs) as Ordo binds it on veth (copy mode, no need_wakeup):
+/// see `receives_and_answers`.
 #[test]
 fn an_xsk_queue_receives_and_answers() {
+    use ordo::outer::xdp::queue::Binding;
+    receives_and_answers("queue", Binding::COPY);
+}
+
+/// The same, bound with need_wakeup as on a zero-copy driver: the flags Ordo maps are the
+/// kernel's (it asks for a TX wake-up from the bind on, and never for a fill wake-up in
+/// copy mode), and the wake-ups they lead to carry the traffic.
+#[test]
+fn an_xsk_queue_with_need_wakeup_reads_the_kernels_flags() {
+    use ordo::outer::xdp::queue::Binding;
+    receives_and_answers(
+        "wakeup",
+        Binding {
+            zero_copy: false,
+            need_wakeup: true,
+        },
+    );
+}
+
+/// With Ordo's program, a peer's datagrams arrive as Datagrams with their source, and
+/// answers sent to that source on the path the kernel gives reach the peer's socket; a
+/// program in the other namespace checks them.
+fn receives_and_answers(test: &str, binding: ordo::outer::xdp::queue::Binding) {
     use ordo::outer::xdp::attach::attach;
     use ordo::outer::xdp::frame::Path;
-    use ordo::outer::xdp::queue::XskQueue;
+    use ordo::outer::xdp::queue::{Wakeups, XskQueue};
     use ordo::outer::xdp::route::Routes;
-    let ns = Namespaces::new("queue");
+    let ns = Namespaces::new(test);
     enter(&ns.a);
     let filter = Filter {
         port: 51820,
@@ -584,8 +606,10 @@ fn an_xsk_queue_receives_and_answers() {
     };
     let index = ifindex("veth-a");
     let attached = attach(index, &filter, 1, None).unwrap();
-    let mut q = XskQueue::bind(index, 0).unwrap();
+    let mut q = XskQueue::bind_as(index, 0, binding).unwrap();
     assert!(!q.zero_copy(), "veth copies");
+    let asked = binding.need_wakeup.then_some(Wakeups { tx: true, fill: false });
+    assert_eq!(q.wakeups(), asked);
     attached.sockets.set_socket(0, q.as_raw_fd()).unwrap();
     // The peer: three datagrams, then the answers, printed.
     let peer = Command::new("ip")

@@ -2,9 +2,14 @@
 //! received from the frames the XDP program redirected and sent as frames Ordo writes.
 //!
 //! The UMEM holds [`FRAMES`] frames of 4 KB (32 MB a queue): half lent to the kernel for
-//! receiving (the fill ring), half for sending. The socket is bound with need_wakeup, but the
-//! `xdp` crate does not expose the rings' flag: each send wakes the kernel (in copy mode it
-//! sends only when woken), and in zero-copy mode each refill of the fill ring does too.
+//! receiving (the fill ring), half for sending.
+//!
+//! Wake-ups ([`Binding`]): in zero-copy mode the socket is bound with need_wakeup, and Ordo
+//! makes the system call that wakes the driver only when the ring's flag asks for it
+//! ([`RingFlags`]). In copy mode it is bound without: the kernel sends only inside a system
+//! call anyway and takes fill-ring frames as it copies, and with need_wakeup every poll of
+//! the socket (each wait for received frames) would also send what the TX ring holds, under
+//! the socket mutex the sending thread takes (`xsk_poll`, net/xdp/xsk.c).
 
 use super::frame::{header_len, write_headers, Path};
 use crate::port::Datagram;
@@ -12,6 +17,7 @@ use bytes::BytesMut;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
 use xdp::slab::{HeapSlab, Slab};
 
 /// Frames in a queue's UMEM.
@@ -65,11 +71,181 @@ fn kick(fd: RawFd) {
     }
 }
 
+/// Wakes a zero-copy driver that stopped for want of fill-ring frames.
+fn wake_fill(fd: RawFd) {
+    // SAFETY: a receive of nothing, which AF_XDP takes as the wake-up; no memory is passed.
+    unsafe {
+        libc::recvfrom(
+            fd,
+            std::ptr::null_mut(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+/// How a socket is bound: the mode, and whether the kernel says when to wake it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding {
+    pub zero_copy: bool,
+    pub need_wakeup: bool,
+}
+
+impl Binding {
+    /// What Ordo binds where the driver allows it.
+    pub const ZERO_COPY: Binding = Binding {
+        zero_copy: true,
+        need_wakeup: true,
+    };
+    /// What Ordo binds otherwise (see the module's comment).
+    pub const COPY: Binding = Binding {
+        zero_copy: false,
+        need_wakeup: false,
+    };
+}
+
+/// What a socket bound with need_wakeup asks for at the moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wakeups {
+    /// A system call is needed for the kernel to send what the TX ring holds.
+    pub tx: bool,
+    /// A system call is needed for the driver to take new fill-ring frames.
+    pub fill: bool,
+}
+
+/// The first page of one ring (producer, consumer and flags words), mapped a second time:
+/// the `xdp` crate maps the rings but does not give the flags' address.
+struct RingHead {
+    base: *mut libc::c_void,
+    len: usize,
+    flags: *const AtomicU32,
+}
+
+impl RingHead {
+    /// Maps the ring at `pgoff` of an AF_XDP socket not yet bound (the kernel maps rings
+    /// only before the bind), up to its flags word at `flags_at`.
+    fn map(fd: RawFd, pgoff: libc::off_t, flags_at: u64) -> io::Result<RingHead> {
+        let len = flags_at as usize + std::mem::size_of::<u32>();
+        // SAFETY: a new shared mapping of the ring's first bytes; nothing else is touched.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                pgoff,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(RingHead {
+            base,
+            len,
+            // SAFETY: `flags_at` lies within the mapping, 4-byte aligned (the kernel's
+            // struct xdp_ring puts it at a cache line of its own).
+            flags: unsafe { base.byte_add(flags_at as usize) }.cast(),
+        })
+    }
+
+    fn needs_wakeup(&self) -> bool {
+        // SAFETY: the mapping lives as long as self; the kernel writes the word atomically.
+        let flags = unsafe { &*self.flags }.load(Ordering::Acquire);
+        flags & libc::XDP_RING_NEED_WAKEUP != 0
+    }
+}
+
+impl Drop for RingHead {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// The flags of the rings Ordo produces into, for a socket bound with need_wakeup.
+struct RingFlags {
+    fill: RingHead,
+    tx: RingHead,
+}
+
+impl RingFlags {
+    fn map(fd: RawFd) -> io::Result<RingFlags> {
+        // SAFETY: xdp_mmap_offsets is plain data, zero a valid value.
+        let mut offsets: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes into `offsets`, a struct of that size.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                SOL_XDP,
+                libc::XDP_MMAP_OFFSETS,
+                (&mut offsets as *mut libc::xdp_mmap_offsets).cast(),
+                &mut len,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(RingFlags {
+            fill: RingHead::map(fd, libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t, offsets.fr.flags)?,
+            tx: RingHead::map(fd, libc::XDP_PGOFF_TX_RING, offsets.tx.flags)?,
+        })
+    }
+}
+
+/// The producer rings of either kind: the `xdp` crate binds with need_wakeup only a socket
+/// whose rings it built as wakable. Ordo makes the wake-ups itself in both cases.
+enum FillRing {
+    Plain(xdp::FillRing),
+    Wakable(xdp::WakableFillRing),
+}
+
+impl FillRing {
+    /// # Safety
+    /// As `xdp::FillRing::enqueue`: the UMEM outlives the socket.
+    unsafe fn enqueue(&mut self, umem: &mut xdp::Umem, n: usize) -> usize {
+        // SAFETY: as the caller promises.
+        unsafe {
+            match self {
+                FillRing::Plain(r) => r.enqueue(umem, n),
+                FillRing::Wakable(r) => r.enqueue(umem, n, false).unwrap_or(0),
+            }
+        }
+    }
+}
+
+enum TxRing {
+    Plain(xdp::TxRing),
+    Wakable(xdp::WakableTxRing),
+}
+
+impl TxRing {
+    /// # Safety
+    /// As `xdp::TxRing::send`: the UMEM outlives the socket.
+    unsafe fn send(&mut self, frames: &mut HeapSlab) -> usize {
+        // SAFETY: as the caller promises.
+        unsafe {
+            match self {
+                TxRing::Plain(r) => r.send(frames),
+                TxRing::Wakable(r) => r.send(frames, false).unwrap_or(0),
+            }
+        }
+    }
+}
+
 /// The socket, its rings and its memory, in drop order: the socket and rings go before the
 /// UMEM they use.
 pub struct XskQueue {
     socket: xdp::socket::XdpSocket,
-    rings: xdp::WakableRings,
+    fill_ring: FillRing,
+    rx_ring: xdp::RxRing,
+    completion_ring: xdp::CompletionRing,
+    tx_ring: TxRing,
+    /// Where the kernel says whether it needs waking; None when bound without need_wakeup.
+    ring_flags: Option<RingFlags>,
     umem: xdp::Umem,
     slab: HeapSlab,
     /// Frames given to the kernel to send and not yet given back.
@@ -82,8 +258,8 @@ pub struct XskQueue {
     received: Vec<xdp::Packet>,
 }
 
-// SAFETY: the raw pointers inside (the UMEM's and the rings' mappings, the frames of the
-// slab and of `received`, which point into the UMEM) all point into memory this struct maps
+// SAFETY: the raw pointers inside (the UMEM's and the rings' mappings, the ring heads Ordo
+// maps itself, the frames of the slab and of `received`, which point into the UMEM) all point into memory this struct maps
 // and owns; none is tied to a thread, and every access goes through `&mut self`, so the
 // queue may move to another thread (the port keeps it behind a mutex). Tested by a queue
 // that receives on one thread and sends on another (tests/xdp.rs).
@@ -139,61 +315,103 @@ impl XskQueue {
     /// A socket on NIC queue `queue` of interface `ifindex`: zero-copy where the driver
     /// offers it, else copy mode.
     pub fn bind(ifindex: u32, queue: u32) -> io::Result<XskQueue> {
-        let open = |zero_copy: bool| -> io::Result<XskQueue> {
-            let cfg = xdp::umem::UmemCfgBuilder {
-                frame_count: FRAMES,
-                ..Default::default()
-            };
-            let umem = xdp::Umem::map(cfg.build().map_err(io::Error::other)?)?;
-            let mut builder = xdp::socket::XdpSocketBuilder::new().map_err(io::Error::other)?;
-            // The receive side as deep as the frames lent to it: a burst the size of a
-            // kernel socket's 4 MB buffer waits in the rings rather than being dropped.
-            let rings_cfg = xdp::RingConfigBuilder {
-                rx_count: RECEIVE_FRAMES as u32,
-                fill_count: RECEIVE_FRAMES as u32,
-                ..Default::default()
-            }
-            .build()
-            .map_err(io::Error::other)?;
-            let (rings, mut flags) = builder
+        XskQueue::bind_as(ifindex, queue, Binding::ZERO_COPY)
+            .or_else(|_| XskQueue::bind_as(ifindex, queue, Binding::COPY))
+    }
+
+    /// A socket bound as `binding` says, or the kernel's refusal.
+    pub fn bind_as(ifindex: u32, queue: u32, binding: Binding) -> io::Result<XskQueue> {
+        let cfg = xdp::umem::UmemCfgBuilder {
+            frame_count: FRAMES,
+            ..Default::default()
+        };
+        let umem = xdp::Umem::map(cfg.build().map_err(io::Error::other)?)?;
+        let mut builder = xdp::socket::XdpSocketBuilder::new().map_err(io::Error::other)?;
+        // The receive side as deep as the frames lent to it: a burst the size of a kernel
+        // socket's 4 MB buffer waits in the rings rather than being dropped.
+        let rings_cfg = xdp::RingConfigBuilder {
+            rx_count: RECEIVE_FRAMES as u32,
+            fill_count: RECEIVE_FRAMES as u32,
+            ..Default::default()
+        }
+        .build()
+        .map_err(io::Error::other)?;
+        let missing = || io::Error::other("the xdp crate built no RX or TX ring");
+        let (fill_ring, rx_ring, completion_ring, tx_ring, ring_flags, mut flags) = if binding.need_wakeup {
+            let (r, flags) = builder
                 .build_wakable_rings(&umem, rings_cfg)
                 .map_err(io::Error::other)?;
-            if zero_copy {
-                flags.force_zerocopy();
-            } else {
-                flags.force_copy();
-            }
-            let socket = builder
-                .bind(xdp::nic::NicIndex::new(ifindex), queue, flags)
-                .map_err(io::Error::other)?;
-            let mut q = XskQueue {
-                socket,
-                rings,
-                umem,
-                slab: HeapSlab::with_capacity(BATCH),
-                sending: 0,
-                split_batches: false,
-                zero_copy: false,
-                received: Vec::with_capacity(BATCH),
-            };
-            q.zero_copy = super::attach::zero_copy(q.socket.as_raw_fd()).unwrap_or(false);
-            // SAFETY: the frames lent stay in this queue's UMEM, which outlives its socket.
-            unsafe { q.rings.fill_ring.enqueue(&mut q.umem, RECEIVE_FRAMES, q.zero_copy)? };
-            // Older kernels do not know the option and send 32 frames a wake-up.
-            let budget = TX_BUDGET;
-            // SAFETY: the kernel reads a u32 of the size given.
-            unsafe {
-                libc::setsockopt(
-                    q.socket.as_raw_fd(),
-                    SOL_XDP,
-                    XDP_MAX_TX_SKB_BUDGET,
-                    (&budget as *const u32).cast(),
-                    4,
-                )
-            };
-            Ok(q)
+            let ring_flags = RingFlags::map(builder.as_raw_fd())?;
+            let (rx, tx) = (r.rx_ring.ok_or_else(missing)?, r.tx_ring.ok_or_else(missing)?);
+            (
+                FillRing::Wakable(r.fill_ring),
+                rx,
+                r.completion_ring,
+                TxRing::Wakable(tx),
+                Some(ring_flags),
+                flags,
+            )
+        } else {
+            let (r, flags) = builder.build_rings(&umem, rings_cfg).map_err(io::Error::other)?;
+            let (rx, tx) = (r.rx_ring.ok_or_else(missing)?, r.tx_ring.ok_or_else(missing)?);
+            (
+                FillRing::Plain(r.fill_ring),
+                rx,
+                r.completion_ring,
+                TxRing::Plain(tx),
+                None,
+                flags,
+            )
         };
-        open(true).or_else(|_| open(false))
+        if binding.zero_copy {
+            flags.force_zerocopy();
+        } else {
+            flags.force_copy();
+        }
+        let socket = builder
+            .bind(xdp::nic::NicIndex::new(ifindex), queue, flags)
+            .map_err(io::Error::other)?;
+        let mut q = XskQueue {
+            socket,
+            fill_ring,
+            rx_ring,
+            completion_ring,
+            tx_ring,
+            ring_flags,
+            umem,
+            slab: HeapSlab::with_capacity(BATCH),
+            sending: 0,
+            split_batches: false,
+            zero_copy: false,
+            received: Vec::with_capacity(BATCH),
+        };
+        q.zero_copy = super::attach::zero_copy(q.socket.as_raw_fd()).unwrap_or(false);
+        // SAFETY: the frames lent stay in this queue's UMEM, which outlives its socket.
+        unsafe { q.fill_ring.enqueue(&mut q.umem, RECEIVE_FRAMES) };
+        if q.wakeups().is_some_and(|w| w.fill) {
+            wake_fill(q.socket.as_raw_fd());
+        }
+        // Older kernels do not know the option and send 32 frames a wake-up.
+        let budget = TX_BUDGET;
+        // SAFETY: the kernel reads a u32 of the size given.
+        unsafe {
+            libc::setsockopt(
+                q.socket.as_raw_fd(),
+                SOL_XDP,
+                XDP_MAX_TX_SKB_BUDGET,
+                (&budget as *const u32).cast(),
+                4,
+            )
+        };
+        Ok(q)
+    }
+
+    /// What the kernel asks of a socket bound with need_wakeup; None for one bound without.
+    pub fn wakeups(&self) -> Option<Wakeups> {
+        self.ring_flags.as_ref().map(|f| Wakeups {
+            tx: f.tx.needs_wakeup(),
+            fill: f.fill.needs_wakeup(),
+        })
     }
 
     /// Has each received datagram checked for being several messages glued together (see
@@ -230,11 +448,8 @@ impl XskQueue {
     /// Appends the datagrams received (each payload copied out of its frame, which goes back
     /// to the kernel); returns how many frames were not datagrams of ours (dropped).
     pub fn recv(&mut self, out: &mut Vec<Datagram>) -> usize {
-        let Some(rx) = self.rings.rx_ring.as_mut() else {
-            return 0;
-        };
         // SAFETY: the packets go back to this UMEM below, before it can go.
-        let n = unsafe { rx.recv(&self.umem, &mut self.slab) };
+        let n = unsafe { self.rx_ring.recv(&self.umem, &mut self.slab) };
         // The payloads are copied into one buffer per batch, each datagram a slice of it (as
         // a GRO batch is over kernel UDP): one allocation a batch, not one a datagram.
         self.received.clear();
@@ -266,11 +481,12 @@ impl XskQueue {
             self.umem.free_packet(frame);
         }
         if n > 0 {
-            // In copy mode the kernel takes frames from the fill ring as it copies, without a
-            // wake-up. A zero-copy driver may sleep when the ring runs dry, and the `xdp` crate
-            // does not read the ring's need-wakeup flag: woken every refill.
             // SAFETY: as above.
-            let _ = unsafe { self.rings.fill_ring.enqueue(&mut self.umem, n, self.zero_copy) };
+            unsafe { self.fill_ring.enqueue(&mut self.umem, n) };
+            // A zero-copy driver that ran out of frames to receive into sleeps until woken.
+            if self.wakeups().is_some_and(|w| w.fill) {
+                wake_fill(self.socket.as_raw_fd());
+            }
         }
         malformed
     }
@@ -279,9 +495,6 @@ impl XskQueue {
     /// when the ring or the UMEM is full: the caller counts the rest as dropped).
     pub fn send(&mut self, path: &Path, payloads: &[&[u8]]) -> usize {
         self.complete();
-        let Some(tx) = self.rings.tx_ring.as_mut() else {
-            return 0;
-        };
         let hdr = header_len(path);
         let mut queued = 0;
         for chunk in payloads.chunks(BATCH) {
@@ -305,9 +518,8 @@ impl XskQueue {
                 }
             }
             let ready = self.slab.len();
-            // SAFETY: as above. The crate's own wake-up would report a busy kernel as a
-            // failure after the frames were queued; `kick` below handles it.
-            let sent = unsafe { tx.send(&mut self.slab, false) }.unwrap_or(0);
+            // SAFETY: as above.
+            let sent = unsafe { self.tx_ring.send(&mut self.slab) };
             queued += sent;
             self.sending += sent;
             // What the ring did not take goes back.
@@ -318,7 +530,9 @@ impl XskQueue {
                 break;
             }
         }
-        if queued > 0 {
+        // Bound without need_wakeup (copy mode), the kernel sends only when asked; with it,
+        // a zero-copy driver still busy with the ring needs no system call.
+        if queued > 0 && self.wakeups().is_none_or(|w| w.tx) {
             kick(self.socket.as_raw_fd());
         }
         queued
@@ -327,7 +541,7 @@ impl XskQueue {
     /// Takes back the frames the kernel has sent.
     fn complete(&mut self) {
         if self.sending > 0 {
-            let done = self.rings.completion_ring.dequeue(&mut self.umem, self.sending);
+            let done = self.completion_ring.dequeue(&mut self.umem, self.sending);
             self.sending -= done;
         }
     }
