@@ -1102,7 +1102,26 @@ t_xdp_fallback() {
         || fail "no message naming the missing interface: $(cat "$LOGDIR/$IF_A.log")"
     "$ORDO" show "$IF_A" | grep "outer path: udp" >/dev/null || fail "ordo show does not say udp"
     teardown
+    # A driver without native XDP (a bridge has none) when native mode is asked for.
+    add_bridge() {
+        ip -n "$NS_A" link add ordo-br0 type bridge
+        ip -n "$NS_A" addr add 198.18.0.1/24 dev ordo-br0
+        ip -n "$NS_A" link set ordo-br0 up
+    }
+    HOSTS_EXTRA=add_bridge ORDO_XDP_INTERFACES=ordo-br0 ORDO_XDP_MODE=native tunnel ordo wireguard-go
+    ping_ok "$NS_A" "$IN_B" || fail "ping on the fallback from a driver without XDP"
+    grep "Outer = xdp unavailable, running on udp: ordo-br0: the kernel or the interface has no XDP" \
+        "$LOGDIR/$IF_A.log" >/dev/null || fail "no message naming the driver: $(cat "$LOGDIR/$IF_A.log")"
+    "$ORDO" show "$IF_A" | grep "outer path: udp" >/dev/null || fail "ordo show does not say udp (bridge)"
+    teardown
+    # Without the privileges XDP needs: CAP_BPF and CAP_SYS_ADMIN out of the bounding set.
     unset ORDO_XDP_INTERFACES
+    ORDO_WRAP="setpriv --bounding-set -bpf,-sys_admin,-perfmon" tunnel ordo wireguard-go
+    ping_ok "$NS_A" "$IN_B" || fail "ping on the fallback without CAP_BPF"
+    grep "Outer = xdp unavailable, running on udp: veth-a: not permitted" "$LOGDIR/$IF_A.log" >/dev/null \
+        || fail "no message naming the privileges: $(cat "$LOGDIR/$IF_A.log")"
+    "$ORDO" show "$IF_A" | grep "outer path: udp" >/dev/null || fail "ordo show does not say udp (privileges)"
+    teardown
     tunnel ordo wireguard-go
     ping_ok "$NS_A" "$IN_B" || fail "ping on xdp"
     local second=$IF_C

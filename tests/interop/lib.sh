@@ -76,6 +76,8 @@ make_hosts() {
     done
     ip -n "$NS_A" link set veth-a up
     ip -n "$NS_B" link set veth-b up
+    # HOSTS_EXTRA: a command that adds to the hosts before the daemons start.
+    [[ -z ${HOSTS_EXTRA:-} ]] || $HOSTS_EXTRA
 }
 
 # start_impl IMPL NS IFNAME: starts a userspace WireGuard implementation; returns once its
@@ -84,10 +86,12 @@ make_hosts() {
 start_impl() {
     local impl=$1 ns=$2 ifname=$3 cpus
     [[ $ns == "$NS_A" ]] && cpus=${CPUS_A:-} || cpus=${CPUS_B:-}
-    local pin=()
+    local pin=() wrap=()
     [[ -n $cpus ]] && pin=(taskset -c "$cpus")
+    # ORDO_WRAP: words run before Ordo's command (e.g. setpriv taking capabilities away).
+    read -ra wrap <<<"${ORDO_WRAP:-}"
     case "$impl" in
-        ordo) ORDO_LOG="$LOGDIR/$ifname.log" ip netns exec "$ns" "${pin[@]}" "$ORDO" "$ifname" ;;
+        ordo) ORDO_LOG="$LOGDIR/$ifname.log" ip netns exec "$ns" "${pin[@]}" "${wrap[@]}" "$ORDO" "$ifname" ;;
         ordo-underload) ORDO_TEST_UNDER_LOAD=1 ORDO_LOG="$LOGDIR/$ifname.log" ip netns exec "$ns" "$ORDO" "$ifname" ;;
         wireguard-go) LOG_LEVEL=error ip netns exec "$ns" "${pin[@]}" "$WIREGUARD_GO" "$ifname" >"$LOGDIR/$ifname.log" 2>&1 ;;
         # Connected UDP sockets stay bound to the old source address, so boringtun could not
