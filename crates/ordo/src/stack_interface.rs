@@ -56,6 +56,9 @@ pub fn start(
         .map_err(|e| anyhow::anyhow!("{}: {}", source.display(), e.message))?;
     drop(request);
     device.start().context("starting the data plane")?;
+    if let Some(address) = plane.metrics {
+        crate::metrics::server::Endpoint::bind(address)?.serve(device.clone())?;
+    }
     let service = Service::start(stack, &settings, attach).context("starting the stack")?;
     let peers_ips = cfg.peers.iter().flat_map(|p| p.allowed_ips.iter().copied());
     let routes = routes(&cfg.interface.addresses, peers_ips);

@@ -131,6 +131,8 @@ pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Resul
         uapi::listen(ifname).with_context(|| format!("cannot create the UAPI socket for {ifname}"))?;
     *device.uapi_path.lock().unwrap() = Some(path.clone());
     exit_on_panic(Some(path.clone()));
+    // Bound now, as the UAPI socket is: after the privileges go, a port below 1024 could not be.
+    let metrics = config.metrics.map(crate::metrics::server::Endpoint::bind).transpose()?;
     not_dumpable()?;
     // Held until the daemon ends: its closing tells the janitor to remove the socket.
     let mut _janitor = None;
@@ -151,6 +153,10 @@ pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Resul
     std::thread::Builder::new()
         .name("ordo-uapi-listen".into())
         .spawn(move || uapi::serve(d, listener))?;
+    let metrics_address = metrics.as_ref().map(|m| m.address());
+    if let Some(m) = metrics {
+        m.serve(device.clone())?;
+    }
     let d = device.clone();
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
     std::thread::Builder::new().name("ordo-signals".into()).spawn(move || {
@@ -167,6 +173,9 @@ pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Resul
         device.workers(),
         device.outer_path()
     );
+    if let Some(a) = metrics_address {
+        eprintln!("ordo[{ifname}]: metrics at http://{a}/metrics");
+    }
     if let Some(note) = &device.outer_note {
         eprintln!("ordo[{ifname}]: {note}");
     }

@@ -9,6 +9,7 @@
 
 pub mod inner;
 pub mod outer;
+pub mod report;
 
 use crate::inner::stack::service::Stack;
 use crate::inner::stack::StackPort;

@@ -165,7 +165,7 @@ impl OuterPort for MemoryOuter {
             Counter::new("memory_outer_sent", self.sent()),
             Counter::new("drop_memory_outer_unrouted", s.unrouted.load(Ordering::Relaxed)),
             Counter::new("drop_memory_outer_inbox_full", overflows),
-            Counter::new("queues", s.queues.len() as u64),
+            Counter::level("queues", s.queues.len() as u64),
         ]
     }
 }

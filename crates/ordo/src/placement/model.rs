@@ -95,11 +95,13 @@ pub struct PlaneConfig {
     pub xdp_interfaces: Vec<String>,
     /// Where the XDP program runs (None: natively where the driver can, else generic).
     pub xdp_mode: Option<XdpMode>,
+    /// Where the metrics endpoint listens (None: no endpoint).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// The settings by name, as `ordo up` files (`Model = inline`), the xplatform command line
 /// (`--model inline`) and the environment (`ORDO_MODEL=inline`) spell them.
-pub const SETTINGS: [(&str, &str, &str); 9] = [
+pub const SETTINGS: [(&str, &str, &str); 10] = [
     ("model", "Model", "ORDO_MODEL"),
     ("workers", "Workers", "ORDO_WORKERS"),
     ("cores", "Cores", "ORDO_CORES"),
@@ -109,6 +111,7 @@ pub const SETTINGS: [(&str, &str, &str); 9] = [
     ("outer", "Outer", "ORDO_OUTER"),
     ("xdp-interfaces", "XdpInterfaces", "ORDO_XDP_INTERFACES"),
     ("xdp-mode", "XdpMode", "ORDO_XDP_MODE"),
+    ("metrics", "MetricsAddress", "ORDO_METRICS"),
 ];
 
 impl PlaneConfig {
@@ -158,6 +161,7 @@ impl PlaneConfig {
                     _ => Some(value.parse()?),
                 }
             }
+            "metrics" => self.metrics = parse_metrics_address(value)?,
             _ => return Err(format!("unknown data-plane setting {name:?}")),
         }
         Ok(())
@@ -201,8 +205,28 @@ impl PlaneConfig {
         if let Some(m) = self.xdp_mode {
             a.extend(["--xdp-mode".to_string(), m.to_string()]);
         }
+        if let Some(m) = self.metrics {
+            a.extend(["--metrics".to_string(), m.to_string()]);
+        }
         a
     }
+}
+
+/// The metrics endpoint's address: `ADDRESS:PORT`, or a port alone for the loopback
+/// address (`9586`: 127.0.0.1:9586); `off` or empty for none. Another address than the
+/// loopback's is taken as asked, since the endpoint tells whoever reaches it about the peers.
+fn parse_metrics_address(value: &str) -> Result<Option<std::net::SocketAddr>, String> {
+    use std::net::{Ipv4Addr, SocketAddr};
+    if value.is_empty() || value.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    if let Ok(port) = value.parse::<u16>() {
+        return Ok(Some(SocketAddr::from((Ipv4Addr::LOCALHOST, port))));
+    }
+    value
+        .parse::<SocketAddr>()
+        .map(Some)
+        .map_err(|_| format!("a metrics address is ADDRESS:PORT (127.0.0.1:9586), a port, or off; not {value:?}"))
 }
 
 /// A crypto worker: the CPUs it may run on, and the NUMA node whose pool it serves.
@@ -361,6 +385,20 @@ mod tests {
         assert_eq!(Model::default(), Model::Auto, "Ordo chooses per peer unless told");
         assert_eq!("Inline".parse::<Model>().unwrap(), Model::Inline);
         assert!("fast".parse::<Model>().unwrap_err().contains("pool, inline"));
+    }
+
+    #[test]
+    fn the_metrics_address_is_loopback_unless_given() {
+        let mut c = PlaneConfig::default();
+        assert_eq!(c.metrics, None, "off by default");
+        c.set("metrics", "9586").unwrap();
+        assert_eq!(c.metrics, Some("127.0.0.1:9586".parse().unwrap()));
+        c.set("metrics", "[::]:9100").unwrap();
+        assert_eq!(c.metrics, Some("[::]:9100".parse().unwrap()));
+        assert_eq!(c.to_args()[c.to_args().len() - 1], "[::]:9100", "handed to the daemon");
+        c.set("metrics", "off").unwrap();
+        assert_eq!(c.metrics, None);
+        assert!(c.set("metrics", "localhost").unwrap_err().contains("ADDRESS:PORT"));
     }
 
     #[test]

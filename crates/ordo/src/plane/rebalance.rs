@@ -24,6 +24,19 @@ pub struct PlacementState {
     last_reading: Mutex<LastReading>,
     /// Each queue thread's affinity: pinned, or released under contention.
     affinity: Mutex<Vec<QueueAffinity>>,
+    /// The moves applied so far.
+    moves: Mutex<Moves>,
+}
+
+/// Moves applied since the start, by kind (see [`Move`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Moves {
+    /// A peer to another queue.
+    pub queue: u64,
+    /// A peer's crypto to another NUMA node's pool.
+    pub pool: u64,
+    /// Auto: a peer's crypto from its queue to the pool or back.
+    pub spread: u64,
 }
 
 /// A reading of the CPUs' load, when it was taken, and how each queue's CPU fared up to it.
@@ -43,6 +56,7 @@ impl PlacementState {
                 queues: Vec::new(),
             }),
             affinity: Mutex::new(vec![QueueAffinity::default(); queues]),
+            moves: Mutex::new(Moves::default()),
         }
     }
 }
@@ -137,6 +151,12 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
             }
             if let Some(p) = planes.iter().find(|p| p.id == id) {
                 apply(p, &m, now);
+            }
+            let mut moves = self.placement.moves.lock().unwrap_or_else(|p| p.into_inner());
+            match m {
+                Move::Queue(..) => moves.queue += 1,
+                Move::Pool(..) => moves.pool += 1,
+                Move::Spread(..) => moves.spread += 1,
             }
         }
         // A moved peer's datagrams go to its new queue now, not with the move's handshake.
@@ -250,6 +270,11 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The moves applied so far.
+    pub fn moves(&self) -> Moves {
+        *self.placement.moves.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// How each queue's CPU and thread fared in the last interval (empty before it).

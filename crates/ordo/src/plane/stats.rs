@@ -83,6 +83,29 @@ impl ThreadStats {
     pub fn stage(&self, s: Stage) -> &StageStats {
         &self.stages[s as usize]
     }
+
+    /// What the OS says of this thread, to set beside its own busy time; None once it has
+    /// exited.
+    pub fn os(&self) -> Option<OsThread> {
+        let ticks = os_thread_cpu_ticks(self.tid)?;
+        let (sleeps, preemptions) = os_context_switches(self.tid)?;
+        Some(OsThread {
+            cpu: std::time::Duration::from_nanos(ticks * (1_000_000_000 / clock_ticks_per_second())),
+            sleeps,
+            preemptions,
+        })
+    }
+}
+
+/// A thread as the OS accounts it (/proc/self/task/TID).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OsThread {
+    /// User plus system time charged to it.
+    pub cpu: std::time::Duration,
+    /// Times it gave up its CPU to wait (voluntary switches).
+    pub sleeps: u64,
+    /// Times it was switched out while it could still run (involuntary switches).
+    pub preemptions: u64,
 }
 
 #[derive(Default)]

@@ -50,11 +50,34 @@ pub struct Datagram {
 pub struct Counter {
     pub name: &'static str,
     pub value: u64,
+    pub kind: CounterKind,
+}
+
+/// Whether a figure counts events (it only grows) or says how things stand (an offload on
+/// or off, how many sockets): metrics expose the one as a counter, the other as a gauge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterKind {
+    Count,
+    Level,
 }
 
 impl Counter {
+    /// A count of events since the port opened.
     pub fn new(name: &'static str, value: u64) -> Counter {
-        Counter { name, value }
+        Counter {
+            name,
+            value,
+            kind: CounterKind::Count,
+        }
+    }
+
+    /// How things stand now.
+    pub fn level(name: &'static str, value: u64) -> Counter {
+        Counter {
+            name,
+            value,
+            kind: CounterKind::Level,
+        }
     }
 }
 

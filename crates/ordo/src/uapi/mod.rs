@@ -5,7 +5,6 @@ pub mod client;
 pub mod protocol;
 
 use crate::device::Device;
-use crate::placement::model::Model;
 use crate::secret_text::{SecretReader, SecretText};
 use ordo_proto::{DropReason, PeerId, PresharedKey};
 use protocol::{AllowedIpChange, DeviceView, Operation, PeerView, SetPlan, UapiError};
@@ -391,44 +390,19 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
 /// `ordo_peer=KEY,queue=Q,cpu=C,node=N,regime=R,pps=P,millicores=M`.
 pub fn placement_lines(device: &Device) -> String {
     use std::fmt::Write;
-    let plan = &device.plane.plan;
-    let planes: HashMap<PeerId, _> = device.plane.peer_planes().into_iter().map(|p| (p.id, p)).collect();
-    let affinity = device.plane.queue_affinity();
-    // Under the core's lock only what it holds: each peer's key and queue.
-    let peers: Vec<(PeerId, String, u32)> = (device.core().peers())
-        .map(|(id, p)| (id, p.public_key.to_hex(), p.queue))
-        .collect();
-    let mut s = format!("ordo_model={}\nordo_outer={}\n", plan.model, device.outer_path());
-    for (id, public_key, peer_queue) in peers {
-        let plane = planes.get(&id);
-        let spread = plane.map_or(matches!(plan.model, Model::Pool | Model::Threaded), |x| {
-            x.spread.load(Ordering::Relaxed)
-        });
-        let pool = plane.map_or(0, |x| x.pool.load(Ordering::Relaxed));
-        let load = plane.map(|x| x.load()).unwrap_or_default();
-        let (queue, cpu) = if plan.model.has_queues() {
-            let q = peer_queue as usize % plan.queues.len();
-            let released = affinity.get(q).is_some_and(|a| a.is_released());
-            let cpus = plan.queue_thread_cpus(q, released);
-            (q, crate::host::topology::format_cpu_list(&cpus))
-        } else {
-            (0, crate::host::topology::format_cpu_list(&plan.io_cpus))
-        };
-        let node = if spread {
-            plan.pools.get(pool).map_or(0, |(n, _)| *n)
-        } else {
-            plan.topology.node_of(plan.queues[queue])
-        };
-        let regime = match (plan.model, spread) {
-            (Model::Threaded, _) => "pool+thread",
-            (_, true) => "pool",
-            (_, false) => "inline",
-        };
+    let mut s = format!("ordo_model={}\nordo_outer={}\n", device.model(), device.outer_path());
+    for peer in device.peer_reports() {
+        let p = &peer.placement;
         let _ = writeln!(
             s,
-            "ordo_peer={public_key},queue={queue},cpu={cpu},node={node},regime={regime},pps={:.0},millicores={:.0}",
-            load.pps,
-            load.cores * 1000.0
+            "ordo_peer={},queue={},cpu={},node={},regime={},pps={:.0},millicores={:.0}",
+            peer.public_key.to_hex(),
+            p.queue,
+            crate::host::topology::format_cpu_list(&p.cpus),
+            p.node,
+            p.regime.name(),
+            p.pps,
+            p.cores * 1000.0
         );
     }
     s

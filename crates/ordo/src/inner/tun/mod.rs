@@ -145,8 +145,8 @@ impl InnerPort for TunPort {
             ),
             Counter::new("tun_writes", c.writes.load(Ordering::Relaxed)),
             Counter::new("tun_coalesced_packets", c.coalesced_packets.load(Ordering::Relaxed)),
-            Counter::new("tun_tso", tun.has_tso() as u64),
-            Counter::new("tun_uso", tun.has_uso() as u64),
+            Counter::level("tun_tso", tun.has_tso() as u64),
+            Counter::level("tun_uso", tun.has_uso() as u64),
         ]
     }
 }

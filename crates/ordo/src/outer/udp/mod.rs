@@ -170,9 +170,9 @@ impl OuterPort for UdpPort {
             Counter::new("drop_udp_send_error", self.send_errors.load(Ordering::Relaxed)),
             // Counted by the kernel before Ordo saw the datagram.
             Counter::new("drop_os_udp_receive_buffer", drops::udp_receive_drops(group[0].port)),
-            Counter::new("queues", group.len() as u64),
-            Counter::new("udp_gso", group[0].gso.load(Ordering::Relaxed) as u64),
-            Counter::new("udp_gro", (group[0].gro && !self.no_gro.load(Ordering::Relaxed)) as u64),
+            Counter::level("queues", group.len() as u64),
+            Counter::level("udp_gso", group[0].gso.load(Ordering::Relaxed) as u64),
+            Counter::level("udp_gro", (group[0].gro && !self.no_gro.load(Ordering::Relaxed)) as u64),
         ]
     }
 }

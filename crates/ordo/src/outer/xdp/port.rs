@@ -301,12 +301,12 @@ impl OuterPort for XdpPort {
 
     fn counters(&self) -> Vec<Counter> {
         let mut c = self.udp.counters();
-        c.push(Counter::new("xdp_native", u64::from(self.mode() == Mode::Native)));
-        c.push(Counter::new(
+        c.push(Counter::level("xdp_native", u64::from(self.mode() == Mode::Native)));
+        c.push(Counter::level(
             "xdp_zero_copy",
             u64::from(self.attached.iter().all(|a| a.zero_copy)),
         ));
-        c.push(Counter::new(
+        c.push(Counter::level(
             "xdp_sockets",
             self.attached.iter().map(|a| a.sockets.len() as u64).sum(),
         ));
