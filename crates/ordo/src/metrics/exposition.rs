@@ -5,155 +5,169 @@
 use crate::device::Device;
 use crate::port::CounterKind;
 use ordo_proto::DropReason;
-use prometheus::{CounterVec, Encoder, GaugeVec, Opts, Registry, TextEncoder};
+use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
+use prometheus::TextEncoder;
 use std::time::UNIX_EPOCH;
 
 /// What the endpoint answers with.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The metric families of one scrape, each labelled with the interface's name.
-struct Families {
-    registry: Registry,
-    device: String,
-}
+/// One metric family being filled. Built on the `prometheus` crate's data model directly,
+/// not through its registry: the registry validates and allocates a descriptor for every
+/// labelled child, which made a scrape of 10,000 peers take a third of a second.
+struct Family(MetricFamily);
 
-impl Families {
-    fn opts(&self, name: &str, help: &str) -> Opts {
-        Opts::new(name, help).const_label("device", self.device.as_str())
+impl Family {
+    fn new(name: &str, help: &str, kind: MetricType) -> Family {
+        let mut f = MetricFamily::default();
+        f.set_name(name.to_string());
+        f.set_help(help.to_string());
+        f.set_field_type(kind);
+        Family(f)
     }
 
-    fn counter(&self, name: &str, help: &str, labels: &[&str]) -> CounterVec {
-        let c = CounterVec::new(self.opts(name, help), labels).expect("a valid metric name");
-        self.registry
-            .register(Box::new(c.clone()))
-            .expect("each name registered once");
-        c
+    fn counter(name: &str, help: &str) -> Family {
+        Family::new(name, help, MetricType::COUNTER)
     }
 
-    /// A counter without labels of its own, at `value`.
-    fn count(&self, name: &str, help: &str, value: f64) {
-        let c = prometheus::Counter::with_opts(self.opts(name, help)).expect("a valid metric name");
-        c.inc_by(value);
-        self.registry.register(Box::new(c)).expect("each name registered once");
+    fn gauge(name: &str, help: &str) -> Family {
+        Family::new(name, help, MetricType::GAUGE)
     }
 
-    /// A gauge without labels of its own, at `value`.
-    fn level(&self, name: &str, help: &str, value: f64) {
-        let g = prometheus::Gauge::with_opts(self.opts(name, help)).expect("a valid metric name");
-        g.set(value);
-        self.registry.register(Box::new(g)).expect("each name registered once");
+    /// One sample, with its labels.
+    fn add(&mut self, labels: &[(&str, &str)], value: f64) {
+        let labels = labels
+            .iter()
+            .map(|(k, v)| {
+                let mut l = LabelPair::default();
+                l.set_name(k.to_string());
+                l.set_value(v.to_string());
+                l
+            })
+            .collect();
+        let mut m = proto::Metric::from_label(labels);
+        if self.0.get_field_type() == MetricType::COUNTER {
+            let mut c = proto::Counter::default();
+            c.set_value(value);
+            m.set_counter(c);
+        } else {
+            let mut g = proto::Gauge::default();
+            g.set_value(value);
+            m.set_gauge(g);
+        }
+        self.0.mut_metric().push(m);
     }
 
-    fn gauge(&self, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
-        let g = GaugeVec::new(self.opts(name, help), labels).expect("a valid metric name");
-        self.registry
-            .register(Box::new(g.clone()))
-            .expect("each name registered once");
-        g
+    /// A family of one sample without labels.
+    fn single(name: &str, help: &str, kind: MetricType, value: f64) -> Family {
+        let mut f = Family::new(name, help, kind);
+        f.add(&[], value);
+        f
     }
 }
 
 /// The scrape's body.
 pub fn render(device: &Device) -> String {
-    let f = Families {
-        registry: Registry::new(),
-        device: device.name.clone(),
-    };
-    peers(&f, device);
-    plane(&f, device);
-    threads(&f, device);
-    let mut out = Vec::new();
+    let mut families = Vec::new();
+    peers(&mut families, device);
+    plane(&mut families, device);
+    threads(&mut families, device);
+    let families: Vec<MetricFamily> = (families.into_iter())
+        .filter(|f| !f.0.get_metric().is_empty())
+        .map(|f| f.0)
+        .collect();
+    let mut out = String::new();
     // Encoding into memory fails only on a family the text format cannot hold, which the
-    // names above rule out.
-    let _ = TextEncoder::new().encode(&f.registry.gather(), &mut out);
-    String::from_utf8(out).unwrap_or_default()
+    // names here rule out.
+    let _ = TextEncoder::new().encode_utf8(&families, &mut out);
+    out
 }
 
-/// The device and its peers, as the WireGuard exporter names them, with where Ordo runs
-/// each peer.
-fn peers(f: &Families, device: &Device) {
-    let public_key = device
-        .core()
-        .private_key()
+/// The device and its peers, as the WireGuard exporter names them (the device's name only on
+/// the info families, as there), with where Ordo runs each peer.
+fn peers(out: &mut Vec<Family>, device: &Device) {
+    let public_key = (device.core().private_key())
         .map(|k| k.public_key().to_base64())
         .unwrap_or_default();
-    f.gauge("wireguard_device_info", "Metadata about a device.", &["public_key"])
-        .with_label_values(&[public_key.as_str()])
-        .set(1.0);
-    let info = f.gauge(
+    let mut device_info = Family::gauge("wireguard_device_info", "Metadata about a device.");
+    device_info.add(&[("device", &device.name), ("public_key", &public_key)], 1.0);
+    out.push(device_info);
+    let mut info = Family::gauge(
         "wireguard_peer_info",
         "Metadata about a peer. The public_key label on peer metrics refers to the peer's public key; not the device's public key.",
-        &["public_key", "endpoint", "allowed_ips"],
     );
-    let received = f.counter(
+    let mut received = Family::counter(
         "wireguard_peer_receive_bytes_total",
         "Number of bytes received from a given peer.",
-        &["public_key"],
     );
-    let sent = f.counter(
+    let mut sent = Family::counter(
         "wireguard_peer_transmit_bytes_total",
         "Number of bytes transmitted to a given peer.",
-        &["public_key"],
     );
-    let handshake = f.gauge(
+    let mut handshake = Family::gauge(
         "wireguard_peer_last_handshake_seconds",
         "UNIX timestamp for the last handshake with a given peer (0: none yet).",
-        &["public_key"],
     );
-    let queue = f.gauge(
-        "ordo_peer_queue",
-        "The receive queue a peer's datagrams go to.",
-        &["public_key"],
-    );
-    let place = f.gauge(
+    let mut place = Family::gauge(
         "ordo_peer_placement_info",
-        "Where a peer's work runs: the CPUs of its queue's thread, its NUMA node, and its crypto's regime (inline on its queue's core, pool, or pool+thread).",
-        &["public_key", "cpus", "node", "regime"],
+        "Where a peer's work runs: its receive queue, the CPUs of that queue's thread, its NUMA node, and its crypto's regime (inline on its queue's core, pool, or pool+thread).",
     );
-    let pps = f.gauge(
+    let mut pps = Family::gauge(
         "ordo_peer_packets_per_second",
         "A peer's packets per second both ways, over the last placement interval.",
-        &["public_key"],
     );
-    let cores = f.gauge(
+    let mut cores = Family::gauge(
         "ordo_peer_crypto_cores",
         "Cores a peer's crypto took over the last placement interval.",
-        &["public_key"],
     );
     for p in device.peer_reports() {
         let key = p.public_key.to_base64();
         let key = key.as_str();
         let endpoint = p.endpoint.map(|e| e.to_string()).unwrap_or_default();
         let allowed: Vec<String> = p.allowed_ips.iter().map(|n| n.to_string()).collect();
-        info.with_label_values(&[key, endpoint.as_str(), allowed.join(",").as_str()])
-            .set(1.0);
-        received.with_label_values(&[key]).inc_by(p.rx_bytes as f64);
-        sent.with_label_values(&[key]).inc_by(p.tx_bytes as f64);
+        info.add(
+            &[
+                ("allowed_ips", &allowed.join(",")),
+                ("device", &device.name),
+                ("endpoint", &endpoint),
+                ("public_key", key),
+            ],
+            1.0,
+        );
+        received.add(&[("public_key", key)], p.rx_bytes as f64);
+        sent.add(&[("public_key", key)], p.tx_bytes as f64);
         let at = p.last_handshake.and_then(|t| t.duration_since(UNIX_EPOCH).ok());
-        handshake
-            .with_label_values(&[key])
-            .set(at.map_or(0.0, |d| d.as_secs_f64()));
+        handshake.add(&[("public_key", key)], at.map_or(0.0, |d| d.as_secs() as f64));
         let pl = &p.placement;
-        queue.with_label_values(&[key]).set(pl.queue as f64);
-        let cpus = crate::host::topology::format_cpu_list(&pl.cpus);
-        place
-            .with_label_values(&[key, cpus.as_str(), pl.node.to_string().as_str(), pl.regime.name()])
-            .set(1.0);
-        pps.with_label_values(&[key]).set(pl.pps);
-        cores.with_label_values(&[key]).set(pl.cores);
+        place.add(
+            &[
+                ("cpus", &crate::host::topology::format_cpu_list(&pl.cpus)),
+                ("node", &pl.node.to_string()),
+                ("public_key", key),
+                ("queue", &pl.queue.to_string()),
+                ("regime", pl.regime.name()),
+            ],
+            1.0,
+        );
+        pps.add(&[("public_key", key)], pl.pps);
+        cores.add(&[("public_key", key)], pl.cores);
     }
+    out.extend([info, received, sent, handshake, place, pps, cores]);
 }
 
 /// The interface as a whole: its paths and offloads, drops by reason (Ordo's and the
 /// kernel's), handshakes, placement.
-fn plane(f: &Families, device: &Device) {
-    f.gauge(
-        "ordo_info",
-        "The interface's execution model and outer path.",
-        &["model", "outer_path"],
-    )
-    .with_label_values(&[device.model().name(), device.outer_path().as_str()])
-    .set(1.0);
+fn plane(out: &mut Vec<Family>, device: &Device) {
+    let mut info = Family::gauge("ordo_info", "The interface's execution model and outer path.");
+    info.add(
+        &[
+            ("device", &device.name),
+            ("model", device.model().name()),
+            ("outer_path", &device.outer_path()),
+        ],
+        1.0,
+    );
+    out.push(info);
     let (stats, under_load, mtu) = {
         let core = device.core();
         (
@@ -162,37 +176,34 @@ fn plane(f: &Families, device: &Device) {
             core.mtu(),
         )
     };
-    let drops = f.counter(
+    let mut drops = Family::counter(
         "ordo_drops_total",
         "Packets dropped, by reason and by who counted them: Ordo, or the kernel before Ordo saw them (a full socket buffer or ring).",
-        &["reason", "counted_by"],
     );
     for r in DropReason::ALL {
-        drops
-            .with_label_values(&[r.name(), "ordo"])
-            .inc_by(stats.dropped(r) as f64);
+        drops.add(&[("counted_by", "ordo"), ("reason", r.name())], stats.dropped(r) as f64);
     }
-    let state = f.gauge(
+    let mut state = Family::gauge(
         "ordo_port_state",
         "How a port stands: an offload or XDP mode on (1) or off (0), how many queues or AF_XDP sockets.",
-        &["name"],
     );
-    let events = f.counter(
+    let mut events = Family::counter(
         "ordo_port_events_total",
         "What a port counts besides drops: writes, coalesced packets, frames sent, the XDP program's verdicts.",
-        &["name"],
     );
     for c in device.port_counters() {
+        let value = c.value as f64;
         if let Some(reason) = c.name.strip_prefix("drop_os_") {
-            drops.with_label_values(&[reason, "kernel"]).inc_by(c.value as f64);
+            drops.add(&[("counted_by", "kernel"), ("reason", reason)], value);
         } else if let Some(reason) = c.name.strip_prefix("drop_") {
-            drops.with_label_values(&[reason, "ordo"]).inc_by(c.value as f64);
+            drops.add(&[("counted_by", "ordo"), ("reason", reason)], value);
         } else if c.kind == CounterKind::Level {
-            state.with_label_values(&[c.name]).set(c.value as f64);
+            state.add(&[("name", c.name)], value);
         } else {
-            events.with_label_values(&[c.name]).inc_by(c.value as f64);
+            events.add(&[("name", c.name)], value);
         }
     }
+    out.extend([drops, state, events]);
     for (name, help, value) in [
         (
             "ordo_handshakes_initiated_total",
@@ -215,7 +226,7 @@ fn plane(f: &Families, device: &Device) {
             stats.cookie_replies_accepted,
         ),
     ] {
-        f.count(name, help, value as f64);
+        out.push(Family::single(name, help, MetricType::COUNTER, value as f64));
     }
     for (name, help, value) in [
         (
@@ -231,121 +242,100 @@ fn plane(f: &Families, device: &Device) {
             device.uptime().as_secs_f64(),
         ),
     ] {
-        f.level(name, help, value);
+        out.push(Family::single(name, help, MetricType::GAUGE, value));
     }
     let moves = device.plane.moves();
-    let m = f.counter(
+    let mut m = Family::counter(
         "ordo_placement_moves_total",
         "Peers moved by the load-aware placement: to another queue, another NUMA node's pool, or their crypto between their queue and the pool (spread).",
-        &["kind"],
     );
     for (kind, n) in [("queue", moves.queue), ("pool", moves.pool), ("spread", moves.spread)] {
-        m.with_label_values(&[kind]).inc_by(n as f64);
+        m.add(&[("kind", kind)], n as f64);
     }
+    out.push(m);
     let plan = &device.plane.plan;
     if !plan.model.has_queues() {
         return;
     }
-    let released = f.gauge(
+    let mut released = Family::gauge(
         "ordo_queue_released",
         "Whether a queue's thread is released from its CPU under contention (1) or pinned (0).",
-        &["queue", "cpu"],
     );
-    let releases = f.counter(
+    let mut releases = Family::counter(
         "ordo_queue_releases_total",
         "Times a queue's thread was released from its CPU.",
-        &["queue", "cpu"],
     );
     for (q, a) in device.plane.queue_affinity().iter().enumerate() {
         let (queue, cpu) = (q.to_string(), plan.queues[q].to_string());
-        let labels = [queue.as_str(), cpu.as_str()];
-        released.with_label_values(&labels).set(a.is_released() as u64 as f64);
-        releases.with_label_values(&labels).inc_by(a.releases as f64);
+        let labels = [("cpu", cpu.as_str()), ("queue", queue.as_str())];
+        released.add(&labels, a.is_released() as u64 as f64);
+        releases.add(&labels, a.releases as f64);
     }
-    let other = f.gauge(
+    let mut other = Family::gauge(
         "ordo_queue_cpu_other_cores",
         "Cores of other work on a queue's CPU over the last placement interval (other processes, the kernel's softirq work).",
-        &["queue", "cpu"],
     );
-    let idle = f.gauge(
+    let mut idle = Family::gauge(
         "ordo_queue_cpu_idle_ratio",
         "How idle a queue's CPU was over the last placement interval.",
-        &["queue", "cpu"],
     );
-    let wait = f.gauge(
+    let mut wait = Family::gauge(
         "ordo_queue_thread_wait_ratio",
         "The share of the last placement interval a queue's thread waited to run.",
-        &["queue", "cpu"],
     );
     for (q, seen) in device.plane.queues_last_seen().iter().enumerate() {
         let (queue, cpu) = (q.to_string(), plan.queues[q].to_string());
-        let labels = [queue.as_str(), cpu.as_str()];
-        other.with_label_values(&labels).set(seen.other);
-        idle.with_label_values(&labels).set(seen.idle);
-        wait.with_label_values(&labels).set(seen.wait);
+        let labels = [("cpu", cpu.as_str()), ("queue", queue.as_str())];
+        other.add(&labels, seen.other);
+        idle.add(&labels, seen.idle);
+        wait.add(&labels, seen.wait);
     }
+    out.extend([released, releases, other, idle, wait]);
 }
 
 /// Per thread and stage, Ordo's own measure of its work, beside what the OS charged each
 /// thread (papers/001: the two can disagree).
-fn threads(f: &Families, device: &Device) {
+fn threads(out: &mut Vec<Family>, device: &Device) {
     use crate::plane::stats::Stage;
     use std::sync::atomic::Ordering::Relaxed;
-    let labels = ["thread", "tid", "stage"];
-    let packets = f.counter(
-        "ordo_stage_packets_total",
-        "Packets through a stage, by thread.",
-        &labels,
-    );
-    let batches = f.counter(
-        "ordo_stage_batches_total",
-        "Batches through a stage, by thread.",
-        &labels,
-    );
-    let busy = f.counter(
+    let mut packets = Family::counter("ordo_stage_packets_total", "Packets through a stage, by thread.");
+    let mut batches = Family::counter("ordo_stage_batches_total", "Batches through a stage, by thread.");
+    let mut busy = Family::counter(
         "ordo_stage_busy_seconds_total",
         "Time a thread spent in a stage, by Ordo's own clock.",
-        &labels,
     );
-    let wakeups = f.counter(
+    let mut wakeups = Family::counter(
         "ordo_stage_wakeups_total",
         "Times a delivery stage started work (became a lane's deliverer).",
-        &labels,
     );
-    let wasted = f.counter(
+    let mut wasted = Family::counter(
         "ordo_stage_wasted_wakeups_total",
         "Times a delivery stage started and found nothing to do.",
-        &labels,
     );
-    let thread = ["thread", "tid"];
-    let own = f.counter(
+    let mut own = Family::counter(
         "ordo_thread_busy_seconds_total",
         "Time a data-plane thread spent working, by Ordo's own clock.",
-        &thread,
     );
-    let os = f.counter(
+    let mut os = Family::counter(
         "ordo_thread_os_cpu_seconds_total",
         "CPU time the OS charged to a data-plane thread (user and system).",
-        &thread,
     );
-    let sleeps = f.counter(
+    let mut sleeps = Family::counter(
         "ordo_thread_os_sleeps_total",
         "Times the OS switched a thread out because it waited (voluntary switches).",
-        &thread,
     );
-    let preemptions = f.counter(
+    let mut preemptions = Family::counter(
         "ordo_thread_os_preemptions_total",
         "Times the OS switched a thread out while it could still run (involuntary switches).",
-        &thread,
     );
     for t in device.stats().threads() {
         let tid = t.tid.to_string();
-        let th = [t.name.as_str(), tid.as_str()];
-        own.with_label_values(&th).inc_by(t.busy_ns.load(Relaxed) as f64 / 1e9);
+        let th = [("thread", t.name.as_str()), ("tid", tid.as_str())];
+        own.add(&th, t.busy_ns.load(Relaxed) as f64 / 1e9);
         if let Some(o) = t.os() {
-            os.with_label_values(&th).inc_by(o.cpu.as_secs_f64());
-            sleeps.with_label_values(&th).inc_by(o.sleeps as f64);
-            preemptions.with_label_values(&th).inc_by(o.preemptions as f64);
+            os.add(&th, o.cpu.as_secs_f64());
+            sleeps.add(&th, o.sleeps as f64);
+            preemptions.add(&th, o.preemptions as f64);
         }
         for s in Stage::ALL {
             let st = t.stage(s);
@@ -354,16 +344,15 @@ fn threads(f: &Families, device: &Device) {
                 // A stage this thread does not run.
                 continue;
             }
-            let l = [t.name.as_str(), tid.as_str(), s.name()];
-            packets.with_label_values(&l).inc_by(st.packets.load(Relaxed) as f64);
-            batches.with_label_values(&l).inc_by(st.batches.load(Relaxed) as f64);
-            busy.with_label_values(&l).inc_by(st.busy_ns.load(Relaxed) as f64 / 1e9);
+            let l = [("stage", s.name()), ("thread", t.name.as_str()), ("tid", tid.as_str())];
+            packets.add(&l, st.packets.load(Relaxed) as f64);
+            batches.add(&l, st.batches.load(Relaxed) as f64);
+            busy.add(&l, st.busy_ns.load(Relaxed) as f64 / 1e9);
             if matches!(s, Stage::DeliverInbound | Stage::DeliverOutbound) {
-                wakeups.with_label_values(&l).inc_by(w as f64);
-                wasted
-                    .with_label_values(&l)
-                    .inc_by(st.wasted_wakeups.load(Relaxed) as f64);
+                wakeups.add(&l, w as f64);
+                wasted.add(&l, st.wasted_wakeups.load(Relaxed) as f64);
             }
         }
     }
+    out.extend([packets, batches, busy, wakeups, wasted, own, os, sleeps, preemptions]);
 }
