@@ -1195,6 +1195,52 @@ t_metrics() {
     [[ $(prom_query up) == 1 ]] || fail "Prometheus sees the target down"
 }
 
+# The daemon's log: LOG_LEVEL as wireguard-go reads it; per-packet events at verbose, a few
+# lines a second of each kind however hard the flood; never a key.
+t_logs() {
+    local log="$LOGDIR/$IF_A.log" key
+    : >"$log"
+    LOG_LEVEL=verbose flood_server
+    flood --kind random --rate 20000 --duration 3 >"$LOGDIR/flood.json" || fail "the flood failed"
+    local sent lines kinds
+    sent=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["sent"])' "$LOGDIR/flood.json")
+    lines=$(grep -c "dropped a datagram from" "$log" || true)
+    kinds=$(grep -o "dropped a datagram from [^ ]*: [a-z_0-9]*" "$log" | awk '{print $NF}' | sort -u | wc -l)
+    ((sent >= 10000)) || fail "the flood sent only $sent datagrams"
+    ((kinds >= 3)) || fail "drops of $kinds kinds logged: $(tail -5 "$log")"
+    # Four kinds for 3 s (and the second around them): 5 lines a kind a second at most.
+    ((lines <= kinds * 5 * 5)) || fail "$lines lines for $sent dropped datagrams"
+    grep -E "[0-9]+ more [a-z_0-9]+ events not logged \(at most 5 a second\)" "$log" >/dev/null \
+        || fail "the lines held back are not counted"
+    # Each line: a UTC timestamp, the level, the interface.
+    local bad
+    bad=$(grep -cvE "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z (ERROR|WARN |INFO |DEBUG) ordo\[$IF_A\]: " "$log" || true)
+    ((bad == 0)) || fail "$bad lines without timestamp, level and interface: $(grep -vE " ordo\[$IF_A\]: " "$log" | head -3)"
+    grep -E "INFO  ordo\[$IF_A\]: up, listening on UDP port" "$log" >/dev/null || fail "no start line"
+    key=$(awk '/^PrivateKey/ {print $3; exit}' "$LOGDIR/server.conf")
+    [[ -n $key ]] || fail "no private key in the server's configuration"
+    grep -F "$key" "$log" >/dev/null && fail "the private key is in the log"
+    grep -F "$(echo "$key" | base64 -d | od -An -tx1 | tr -d ' \n')" "$log" >/dev/null && fail "the private key (hex) is in the log"
+    teardown
+    # Handshakes at verbose, named by the peer's public key.
+    : >"$log"
+    LOG_LEVEL=verbose tunnel ordo wireguard-go
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    grep "peer $PUB_B: handshake completed, new session" "$log" >/dev/null || fail "no handshake event: $(cat "$log")"
+    grep -F "$KEY_A" "$log" >/dev/null && fail "the private key is in the log"
+    teardown
+    # error: what went wrong only; silent: nothing.
+    : >"$log"
+    LOG_LEVEL=error tunnel ordo wireguard-go
+    ping_ok "$NS_A" "$IN_B" || fail "ping at LOG_LEVEL=error"
+    grep -E "INFO|DEBUG" "$log" >/dev/null && fail "LOG_LEVEL=error logged $(grep -E "INFO|DEBUG" "$log" | head -2)"
+    teardown
+    : >"$log"
+    LOG_LEVEL=silent tunnel ordo wireguard-go
+    ping_ok "$NS_A" "$IN_B" || fail "ping at LOG_LEVEL=silent"
+    [[ ! -s $log ]] || fail "LOG_LEVEL=silent logged: $(head -3 "$log")"
+}
+
 PEERS=(wireguard-go boringtun ordo)
 read -ra MODELS <<<"${INTEROP_MODELS:-pool inline threaded auto}"
 for model in "${MODELS[@]}"; do
@@ -1243,6 +1289,7 @@ run_test "xdp_mtu" t_xdp_mtu
 run_test "xdp_sigkill" t_xdp_sigkill
 run_test "xdp_fallback" t_xdp_fallback
 run_test "metrics" t_metrics
+run_test "logs" t_logs
 if ((QUICK == 0)); then
     run_test "rekey[wireguard-go]" t_rekey wireguard-go
 fi

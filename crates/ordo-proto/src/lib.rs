@@ -26,6 +26,7 @@ pub mod allowed_ips;
 pub mod cookie;
 pub mod crypto;
 mod curve;
+pub mod events;
 pub mod handshake;
 pub mod interface;
 pub mod keys;

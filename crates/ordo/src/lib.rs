@@ -30,6 +30,7 @@ pub mod host;
 pub mod inner;
 pub mod lab;
 pub mod loadgen;
+pub mod logging;
 pub mod metrics;
 pub mod netconf;
 pub mod outer;

@@ -56,6 +56,7 @@ pub fn serve(cfg: &WgQuickConfig, source: &Path, ifname: &str, privileges: &Priv
     // The interface is its starter's, whoever the daemon becomes below.
     // SAFETY: getuid cannot fail.
     let owner = unsafe { libc::getuid() };
+    crate::logging::init(ifname, log::LevelFilter::Info);
     let log = daemon::open_detached_log()?;
     let dir = uapi::ensure_socket_dir().context("the sockets' directory")?;
     let (uapi_listener, uapi_path) =
@@ -120,8 +121,8 @@ pub fn serve(cfg: &WgQuickConfig, source: &Path, ifname: &str, privileges: &Priv
         }
     })?;
     daemon::report_ready(log)?;
-    eprintln!(
-        "ordo[{ifname}]: up, inner side Ordo's stack (attach: ordo run --attach {ifname}), sockets in {}, \
+    log::info!(
+        "up, inner side Ordo's stack (attach: ordo run --attach {ifname}), sockets in {}, \
          listening on UDP port {}",
         dir.display(),
         stack.device.listen_port()

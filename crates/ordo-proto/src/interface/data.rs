@@ -23,7 +23,7 @@ impl Interface {
             Some(Kind::CookieReply) => self.receive_cookie_reply(now, buf),
         };
         r.unwrap_or_else(|reason| {
-            self.stats.drop(reason);
+            self.dropped(reason, Some(src));
             Received::Dropped(reason)
         })
     }
@@ -92,14 +92,19 @@ impl Interface {
             verdict(v)
         });
         for reason in drops {
-            self.stats.drop(reason);
+            self.dropped(reason, None);
         }
     }
 
     /// Counts a drop that happened outside the core (a data-plane worker failed to open a
     /// message), so every reason is counted in one place.
     pub fn count_drop(&mut self, reason: DropReason) {
-        self.stats.drop(reason);
+        self.dropped(reason, None);
+    }
+
+    /// [`Interface::count_drop`] of a datagram whose source is known, which the log names.
+    pub fn count_drop_from(&mut self, reason: DropReason, src: SocketAddr) {
+        self.dropped(reason, Some(src));
     }
 
     pub(super) fn accept_run_uncounted<'a>(
@@ -193,6 +198,7 @@ impl Interface {
         peer.sent_lastminute_handshake = false;
         peer.last_handshake = Some(wall);
         self.stats.handshakes_completed += 1;
+        self.handshake_event(id, "handshake completed, new session");
     }
 
     pub(super) fn keep_key_fresh_on_receive(&mut self, id: PeerId, now: Instant, wall: SystemTime) {
@@ -213,7 +219,7 @@ impl Interface {
     pub fn send(&mut self, now: Instant, wall: SystemTime, packet: &[u8], out: &mut [u8]) -> Sent {
         let r = self.send_inner(now, wall, packet, out);
         r.unwrap_or_else(|reason| {
-            self.stats.drop(reason);
+            self.dropped(reason, None);
             Sent::Dropped(reason)
         })
     }
@@ -295,11 +301,14 @@ impl Interface {
 
     pub(super) fn stage(&mut self, id: PeerId, packet: Vec<u8>) {
         let peer = self.peers.get_mut(&id).expect("peer exists");
-        if peer.staged.len() >= MAX_STAGED_PACKETS {
+        let full = peer.staged.len() >= MAX_STAGED_PACKETS;
+        if full {
             peer.staged.pop_front();
-            self.stats.drop(DropReason::StagedOverflow);
         }
         peer.staged.push_back(packet);
+        if full {
+            self.dropped(DropReason::StagedOverflow, None);
+        }
     }
 
     /// Seals `packet` (empty for a keepalive) into `out` on `session` at once, and reports it.
@@ -341,7 +350,7 @@ impl Interface {
 
     pub(super) fn push_transmit(&mut self, to: SocketAddr, payload: Vec<u8>) {
         if self.transmits.len() >= MAX_TRANSMITS {
-            self.stats.drop(DropReason::TransmitQueueFull);
+            self.dropped(DropReason::TransmitQueueFull, None);
             return;
         }
         self.transmits.push_back(Transmit { to, payload });

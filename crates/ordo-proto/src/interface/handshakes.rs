@@ -113,6 +113,7 @@ impl Interface {
         peer.timers.any_authenticated_packet_traversal(now);
         peer.timers.any_authenticated_packet_sent();
         self.stats.handshakes_initiated += 1;
+        self.handshake_event(id, "handshake initiation sent");
         self.push_transmit(to, bytes.to_vec());
     }
 
@@ -228,7 +229,7 @@ impl Interface {
             Ok(Ok(pending)) => HandshakeStep::Initiation(pending),
             Ok(Err(done)) => HandshakeStep::Done(done),
             Err(reason) => {
-                self.stats.drop(reason);
+                self.dropped(reason, Some(src));
                 HandshakeStep::Done(Received::Dropped(reason))
             }
         }
@@ -249,9 +250,10 @@ impl Interface {
         pending: PendingInitiation,
         opened: Result<ConsumedInitiation, HandshakeError>,
     ) -> Received {
+        let src = pending.src;
         self.complete_initiation_uncounted(now, wall, pending, opened)
             .unwrap_or_else(|reason| {
-                self.stats.drop(reason);
+                self.dropped(reason, Some(src));
                 Received::Dropped(reason)
             })
     }

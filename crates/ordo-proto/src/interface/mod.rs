@@ -272,6 +272,8 @@ pub struct Interface {
     /// Test hook: behave as under load whatever the rate.
     pub force_under_load: bool,
     pub stats: Stats,
+    /// What the log hears of drops and handshakes, rate-limited per kind.
+    events: crate::events::Events,
 }
 
 impl Interface {
@@ -306,7 +308,26 @@ impl Interface {
             queues: 1,
             next_queue,
             stats: Stats::default(),
+            events: crate::events::Events::default(),
         }
+    }
+
+    /// Counts a drop and tells the log (rate-limited), with the source where it is known.
+    pub(crate) fn dropped(&mut self, reason: DropReason, src: Option<SocketAddr>) {
+        self.stats.drop(reason);
+        self.events.debug(reason.name(), || match src {
+            Some(src) => format!("dropped a datagram from {src}: {}", reason.name()),
+            None => format!("dropped a packet: {}", reason.name()),
+        });
+    }
+
+    /// Tells the log of a handshake event for peer `id` (rate-limited).
+    pub(crate) fn handshake_event(&mut self, id: PeerId, what: &'static str) {
+        let key = self.peers.get(&id).map(|p| p.public_key);
+        self.events.debug("handshake", || match key {
+            Some(k) => format!("peer {}: {what}", k.to_base64()),
+            None => what.to_string(),
+        });
     }
 
     // ---- configuration -------------------------------------------------------------------

@@ -121,10 +121,11 @@ pub fn exit_on_panic(uapi_path: Option<std::path::PathBuf>) {
 
 /// Runs the interface until it is deleted, its socket removed, or a signal arrives.
 pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Result<()> {
+    crate::logging::init(ifname, log::LevelFilter::Info);
     let log = open_detached_log()?;
     let device = Device::create(ifname, config).with_context(|| format!("cannot create interface {ifname}"))?;
     if std::env::var_os(UNDER_LOAD_ENV).is_some() {
-        eprintln!("ordo[{ifname}]: {UNDER_LOAD_ENV} is set: every handshake without a valid mac2 gets a cookie reply");
+        log::warn!("{UNDER_LOAD_ENV} is set: every handshake without a valid mac2 gets a cookie reply");
         device.core().force_under_load = true;
     }
     let (listener, path) =
@@ -143,7 +144,7 @@ pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Resul
         };
         match janitor::spawn(&path, stderr) {
             Ok(pipe) => _janitor = Some(pipe),
-            Err(e) => eprintln!("ordo[{ifname}]: {e:#}: the UAPI socket may outlive the daemon"),
+            Err(e) => log::warn!("{e:#}: the UAPI socket may outlive the daemon"),
         }
         privileges::drop_privileges(user, config.delivery_fifo)
             .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
@@ -165,8 +166,8 @@ pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Resul
         }
     })?;
     report_ready(log)?;
-    eprintln!(
-        "ordo[{ifname}]: up, listening on UDP port {}, model {}, {} queue(s), {} crypto worker(s), outer path {}",
+    log::info!(
+        "up, listening on UDP port {}, model {}, {} queue(s), {} crypto worker(s), outer path {}",
         device.listen_port(),
         device.model(),
         device.plane.plan.queues.len(),
@@ -174,10 +175,10 @@ pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Resul
         device.outer_path()
     );
     if let Some(a) = metrics_address {
-        eprintln!("ordo[{ifname}]: metrics at http://{a}/metrics");
+        log::info!("metrics at http://{a}/metrics");
     }
     if let Some(note) = &device.outer_note {
-        eprintln!("ordo[{ifname}]: {note}");
+        log::warn!("{note}");
     }
     device.wait();
     // Fails once privileges are dropped: the janitor removes it as this process ends.

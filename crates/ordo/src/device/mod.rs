@@ -74,7 +74,7 @@ impl Device {
                 Err(Fallback { udp, reason }) => {
                     let note = format!("Outer = xdp unavailable, running on udp: {reason}");
                     // Said now, to whoever started the interface, and again in the log.
-                    eprintln!("ordo[{name}]: {note}");
+                    log::warn!("{note}");
                     outer_note = Some(note);
                     OuterSide::Udp(udp)
                 }
@@ -183,7 +183,7 @@ impl Device {
     pub fn wait(&self) {
         self.stop.wait();
         let why = self.stop.reason().unwrap_or_default();
-        eprintln!("ordo[{}]: shutting down: {why}", self.name);
+        log::info!("shutting down: {why}");
         self.wake_threads();
     }
 }

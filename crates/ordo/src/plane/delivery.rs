@@ -105,9 +105,8 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
             let mut core = self.core();
             for (ri, r) in runs.iter().enumerate() {
                 for (bi, b) in r.batches.iter().enumerate() {
-                    let failed = b.packets.iter().filter(|p| p.opened.is_none()).count();
-                    for _ in 0..failed {
-                        core.count_drop(DropReason::DecryptFailed);
+                    for p in b.packets.iter().filter(|p| p.opened.is_none()) {
+                        core.count_drop_from(DropReason::DecryptFailed, p.src);
                     }
                     // The opened packets go to the core as one run; its verdicts come back in
                     // the same order, so `positions` walks the same packets beside them.
@@ -243,9 +242,6 @@ fn set_fifo_priority() {
     let param = libc::sched_param { sched_priority: 1 };
     // SAFETY: a valid sched_param for the calling thread (pid 0).
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
-        eprintln!(
-            "ordo: cannot run delivery at SCHED_FIFO: {}",
-            std::io::Error::last_os_error()
-        );
+        log::warn!("cannot run delivery at SCHED_FIFO: {}", std::io::Error::last_os_error());
     }
 }

@@ -70,7 +70,7 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
                             groups.len() - 1
                         }
                         None => {
-                            core.count_drop(DropReason::UnknownReceiver);
+                            core.count_drop_from(DropReason::UnknownReceiver, d.src);
                             continue;
                         }
                     },

@@ -208,10 +208,7 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
 pub(crate) fn pin(cpus: &[usize]) {
     if !cpus.is_empty() {
         if let Err(e) = topology::pin_current_thread(cpus) {
-            eprintln!(
-                "ordo: cannot pin a thread to CPUs {}: {e}",
-                topology::format_cpu_list(cpus)
-            );
+            log::warn!("cannot pin a thread to CPUs {}: {e}", topology::format_cpu_list(cpus));
         }
     }
 }

@@ -247,16 +247,16 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
             let cpus = self.plan.queue_thread_cpus(q, release);
             if release {
                 let w = queues[q].wait;
-                eprintln!(
-                    "ordo: queue {q} waited {:.0}% of the time for CPU {} and no queue has room: released to CPUs {}",
+                log::info!(
+                    "queue {q} waited {:.0}% of the time for CPU {} and no queue has room: released to CPUs {}",
                     w * 100.0,
                     self.plan.queues[q],
                     topology::format_cpu_list(&cpus)
                 );
             }
             if let Err(e) = topology::pin_thread(tid, &cpus) {
-                eprintln!(
-                    "ordo: cannot set queue {q}'s CPUs to {}: {e}",
+                log::warn!(
+                    "cannot set queue {q}'s CPUs to {}: {e}",
                     topology::format_cpu_list(&cpus)
                 );
             }

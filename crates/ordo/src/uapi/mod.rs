@@ -125,7 +125,7 @@ pub fn serve(device: Arc<Device>, listener: UnixListener) {
         let conn = match conn {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("ordo[{}]: UAPI accept failed: {e}", device.name);
+                log::error!("UAPI accept failed: {e}");
                 std::thread::sleep(ACCEPT_BACKOFF);
                 continue;
             }
@@ -270,7 +270,7 @@ pub fn serve_requests(device: &Arc<Device>, mut reader: impl BufRead, mut out: i
                 match protocol::parse_set(lines.iter().map(String::as_str)).and_then(|p| apply(device, p)) {
                     Ok(()) => plain("errno=0\n\n".into()),
                     Err(e) => {
-                        eprintln!("ordo[{}]: UAPI set refused: {}", device.name, e.message);
+                        log::warn!("UAPI set refused: {}", e.message);
                         plain(format!("errno=-{}\n\n", e.errno))
                     }
                 }

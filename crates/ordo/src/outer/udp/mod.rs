@@ -156,7 +156,7 @@ impl OuterPort for UdpPort {
         // On failure the rule still holds: moved peers' datagrams reach their new queue with
         // the move's handshake, as without exceptions. Not retried until the list changes.
         if let Err(e) = attached {
-            eprintln!("ordo: steering exceptions not attached: {e}");
+            log::warn!("steering exceptions not attached: {e}");
         }
         *steered = Steered {
             group: Arc::downgrade(&group),

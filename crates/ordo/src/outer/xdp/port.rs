@@ -177,7 +177,7 @@ impl XdpPort {
             // Not fatal: the kernel socket has the port, and the program passes it what it
             // does not take.
             if let Err(e) = a.attachment.set_port(now) {
-                eprintln!("ordo: {}: the XDP program keeps the old port: {e}", a.interface.name);
+                log::error!("{}: the XDP program keeps the old port: {e}", a.interface.name);
             }
         }
         Ok(())
