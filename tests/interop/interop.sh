@@ -1241,6 +1241,70 @@ t_logs() {
     [[ ! -s $log ]] || fail "LOG_LEVEL=silent logged: $(head -3 "$log")"
 }
 
+# warnings IFNAME: the detectors' findings over the last second, one a line.
+warnings() {
+    "$ORDO" show "$1" --json | python3 -c 'import json,sys; print("\n".join(json.load(sys.stdin)[0]["warnings"]))'
+}
+
+# watch IFNAME SECONDS: every detector finding of each second for SECONDS seconds.
+watch_warnings() {
+    local i
+    for i in $(seq "$2"); do
+        sleep 1
+        warnings "$1"
+    done
+}
+
+# loadgen_up CPUS: 4 clients uploading 20,000 packets a second each for 6 s, on CPUS.
+loadgen_up() {
+    taskset -c "$1" ip netns exec "$NS_B" "$ORDO" loadgen run --clients "$FLOOD_CLIENTS" --server "$OUT_A:$PORT_A" \
+        --bind "$FLOOD_SOURCES" --sink-netns "$NS_A" --duration 6 --rate 20000 --json >"$LOGDIR/loadgen.json" 2>&1
+}
+
+# The detectors (crate::health): a black hole with everything on one CPU, execution order
+# inversion with the threaded model's delivery at SCHED_FIFO, and neither on healthy runs of
+# the same traffic.
+t_detectors() {
+    local seen
+    # Four peers on a server kept to CPU 0, their clients there too: CPU 1 idles.
+    ORDO_CORES=0 ORDO_METRICS=9586 flood_server
+    loadgen_up 0 &
+    seen=$(watch_warnings "$IF_A" 5)
+    local scrape
+    scrape=$(ip netns exec "$NS_A" curl -fsS http://127.0.0.1:9586/metrics)
+    wait
+    grep "^black_hole: CPU 0 is" <<<"$seen" >/dev/null || fail "no black hole seen: $seen"
+    grep 'ordo_warning_active{detector="black_hole"} 1' <<<"$scrape" >/dev/null \
+        || fail "the metrics do not say so: $(grep ordo_warning_active <<<"$scrape")"
+    teardown
+    # The same traffic with the server on both CPUs.
+    flood_server
+    loadgen_up 0-1 &
+    seen=$(watch_warnings "$IF_A" 5)
+    wait
+    grep -E "^(black_hole|inversion)" <<<"$seen" && fail "warnings on a healthy run: $seen"
+    teardown
+    # Four TCP flows into B, whose delivery threads run at SCHED_FIFO above its workers.
+    ORDO_MODEL=threaded ORDO_DELIVERY_FIFO=1 tunnel ordo ordo
+    ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
+    sleep 0.3
+    ip netns exec "$NS_A" iperf3 -c "$IN_B" -t 6 -P 4 >/dev/null &
+    seen=$(watch_warnings "$IF_B" 5)
+    wait
+    grep "^inversion: inbound delivery runs ahead of decrypt" <<<"$seen" >/dev/null \
+        || fail "no inversion seen: $seen$(tail -3 "$LOGDIR/$IF_B.log")"
+    teardown
+    # The default model with the same flows.
+    tunnel ordo ordo
+    ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
+    sleep 0.3
+    ip netns exec "$NS_A" iperf3 -c "$IN_B" -t 6 -P 4 >/dev/null &
+    seen=$(watch_warnings "$IF_B" 5)
+    wait
+    grep -E "^(black_hole|inversion)" <<<"$seen" && fail "warnings on a healthy run: $seen"
+    true
+}
+
 PEERS=(wireguard-go boringtun ordo)
 read -ra MODELS <<<"${INTEROP_MODELS:-pool inline threaded auto}"
 for model in "${MODELS[@]}"; do
@@ -1290,6 +1354,7 @@ run_test "xdp_sigkill" t_xdp_sigkill
 run_test "xdp_fallback" t_xdp_fallback
 run_test "metrics" t_metrics
 run_test "logs" t_logs
+run_test "detectors" t_detectors
 if ((QUICK == 0)); then
     run_test "rekey[wireguard-go]" t_rekey wireguard-go
 fi

@@ -26,6 +26,7 @@ pub mod config;
 pub mod daemon;
 pub mod device;
 pub mod firewall;
+pub mod health;
 pub mod host;
 pub mod inner;
 pub mod lab;

@@ -6,7 +6,7 @@
 //! ordo up [--keep-privileges | --user U] [--inner tun|stack] CONFIG|NAME   # wg-quick up
 //! ordo down CONFIG|NAME                                # wg-quick down
 //! ordo run -c CONFIG | --attach [OWNER:]NAME -- CMD [ARGS...]  # CMD uses the tunnel: no root, no TUN
-//! ordo show [IFNAME] [--json]                          # wg show, plus Ordo's counters
+//! ordo show [IFNAME] [--all|--json]                    # wg show, plus Ordo's placement and warnings
 //! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
 //! ordo bench [--model M] [--peers N] [--size B] [--workers T]  # the data plane in memory
 //! ordo loadgen setup|run|sink ...                      # N WireGuard clients against a server
@@ -73,10 +73,14 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },
-    /// Show interfaces as `wg show` does, with Ordo's counters.
+    /// Show interfaces as `wg show` does, with each peer's placement and a short Ordo section
+    /// (paths, cores by stage, drops, warnings).
     Show {
         ifname: Option<String>,
-        /// Machine-readable output.
+        /// Every counter as well.
+        #[arg(long)]
+        all: bool,
+        /// Machine-readable output, every figure.
         #[arg(long)]
         json: bool,
     },
@@ -242,7 +246,7 @@ fn run(cli: Cli) -> Result<()> {
             };
             std::process::exit(code);
         }
-        Command::Show { ifname, json } => {
+        Command::Show { ifname, all, json } => {
             let names = match ifname {
                 Some(n) => vec![n],
                 None => uapi::client::list_interfaces(),
@@ -251,7 +255,8 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&shows)?);
             } else {
-                let texts: Vec<String> = shows.iter().map(show::render).collect();
+                let render = if all { show::render_all } else { show::render };
+                let texts: Vec<String> = shows.iter().map(render).collect();
                 print!("{}", texts.join("\n"));
             }
             Ok(())

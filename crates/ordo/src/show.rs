@@ -4,7 +4,7 @@ use crate::uapi::client;
 use anyhow::Result;
 use ordo_proto::PublicKey;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -80,6 +80,60 @@ pub struct InterfaceShow {
     pub peers: Vec<PeerShow>,
     /// Ordo's counters: drops by reason and handshake figures.
     pub counters: BTreeMap<String, u64>,
+    /// The last second's figures (`crate::health`): per stage, thread and CPU.
+    pub stages: Vec<StageShow>,
+    pub threads: Vec<ThreadShow>,
+    pub cpus: Vec<CpuShow>,
+    /// The detectors' findings over the last second, `DETECTOR: TEXT`.
+    pub warnings: Vec<String>,
+}
+
+/// A stage over the last second.
+#[derive(Serialize, Default, Debug, Clone, PartialEq)]
+pub struct StageShow {
+    pub name: String,
+    pub millicores: u64,
+    pub pps: u64,
+    pub batches: u64,
+    pub wakeups: u64,
+    pub wasted: u64,
+}
+
+/// A data-plane thread over the last second: Ordo's clock beside the OS's charge.
+#[derive(Serialize, Default, Debug, Clone, PartialEq)]
+pub struct ThreadShow {
+    pub name: String,
+    pub tid: u64,
+    pub cpu: Option<u64>,
+    pub ordo_millicores: u64,
+    pub os_millicores: u64,
+    /// Permille of the second it waited for its CPU.
+    pub waited_permille: u64,
+}
+
+/// A CPU over the last second: the OS's time by kind (permille), Ordo's threads there
+/// (millicores, by Ordo's clock and as the OS charged them).
+#[derive(Serialize, Default, Debug, Clone, PartialEq)]
+pub struct CpuShow {
+    pub cpu: u64,
+    pub tasks: u64,
+    pub irq: u64,
+    pub softirq: u64,
+    pub steal: u64,
+    pub idle: u64,
+    pub ordo_clock: u64,
+    pub ordo_os: u64,
+}
+
+/// `NAME,k=v,k=v` into the name and the numbers by key.
+fn fields(v: &str) -> (String, HashMap<String, String>) {
+    let mut parts = v.split(',');
+    let name = parts.next().unwrap_or_default().to_string();
+    let kv = parts
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (name, kv)
 }
 
 pub fn fetch(ifname: &str) -> Result<InterfaceShow> {
@@ -105,6 +159,45 @@ pub fn fetch(ifname: &str) -> Result<InterfaceShow> {
             }),
             ("ordo_model", _) => s.model = v.clone(),
             ("ordo_outer", _) => s.outer = v.clone(),
+            ("ordo_stage", _) => {
+                let (name, f) = fields(&v);
+                let n = |k: &str| f.get(k).and_then(|x| x.parse().ok()).unwrap_or(0);
+                s.stages.push(StageShow {
+                    name,
+                    millicores: n("millicores"),
+                    pps: n("pps"),
+                    batches: n("batches"),
+                    wakeups: n("wakeups"),
+                    wasted: n("wasted"),
+                });
+            }
+            ("ordo_thread", _) => {
+                let (name, f) = fields(&v);
+                let n = |k: &str| f.get(k).and_then(|x| x.parse().ok()).unwrap_or(0);
+                s.threads.push(ThreadShow {
+                    name,
+                    tid: n("tid"),
+                    cpu: f.get("cpu").and_then(|x| x.parse().ok()),
+                    ordo_millicores: n("ordo"),
+                    os_millicores: n("os"),
+                    waited_permille: n("waited"),
+                });
+            }
+            ("ordo_cpu", _) => {
+                let (cpu, f) = fields(&v);
+                let n = |k: &str| f.get(k).and_then(|x| x.parse().ok()).unwrap_or(0);
+                s.cpus.push(CpuShow {
+                    cpu: cpu.parse().unwrap_or(0),
+                    tasks: n("tasks"),
+                    irq: n("irq"),
+                    softirq: n("softirq"),
+                    steal: n("steal"),
+                    idle: n("idle"),
+                    ordo_clock: n("ordo_clock"),
+                    ordo_os: n("ordo_os"),
+                });
+            }
+            ("ordo_warning", _) => s.warnings.push(v.clone()),
             ("ordo_peer", _) => {
                 if let Some((hex, placement)) = parse_placement(&v) {
                     let key = PublicKey::from_hex(&hex).map(|k| k.to_base64()).unwrap_or(hex);
@@ -221,14 +314,39 @@ pub fn render(s: &InterfaceShow) -> String {
             );
         }
     }
-    let _ = writeln!(o, "\nordo: model {}", s.model);
+    let queues = s.counters.get("queues").copied().unwrap_or(1);
+    let workers = s.counters.get("workers").copied().unwrap_or(0);
+    let _ = writeln!(
+        o,
+        "\nordo: model {}, {queues} queue{}, {workers} crypto worker{}",
+        s.model,
+        if queues == 1 { "" } else { "s" },
+        if workers == 1 { "" } else { "s" }
+    );
     if !s.outer.is_empty() {
         let _ = writeln!(o, "  outer path: {}", s.outer);
     }
-    for (k, v) in &s.counters {
-        if !k.starts_with("drop_") {
-            let _ = writeln!(o, "  {}: {v}", k.replace('_', " "));
-        }
+    let offloads: Vec<&str> = ["udp_gso", "udp_gro", "tun_tso", "tun_uso"]
+        .into_iter()
+        .filter(|k| s.counters.get(*k).is_some_and(|v| *v > 0))
+        .collect();
+    if !offloads.is_empty() {
+        let _ = writeln!(o, "  offloads: {}", offloads.join(" ").replace('_', " "));
+    }
+    let busy: Vec<String> = (s.stages.iter())
+        .filter(|st| st.millicores > 0)
+        .map(|st| format!("{} {:.2}", st.name.replace('_', " "), st.millicores as f64 / 1000.0))
+        .collect();
+    if !s.stages.is_empty() {
+        let _ = writeln!(
+            o,
+            "  cores by stage, last second: {}",
+            if busy.is_empty() {
+                "idle".to_string()
+            } else {
+                busy.join(", ")
+            }
+        );
     }
     let drops: Vec<String> = s
         .counters
@@ -245,6 +363,24 @@ pub fn render(s: &InterfaceShow) -> String {
             drops.join(" ")
         }
     );
+    if s.warnings.is_empty() {
+        let _ = writeln!(o, "  warnings: none");
+    } else {
+        let _ = writeln!(o, "  warnings:");
+        for w in &s.warnings {
+            let _ = writeln!(o, "    {w}");
+        }
+    }
+    o
+}
+
+/// [`render`], then every counter by name (`ordo show --all`).
+pub fn render_all(s: &InterfaceShow) -> String {
+    let mut o = render(s);
+    let _ = writeln!(o, "  counters:");
+    for (k, v) in &s.counters {
+        let _ = writeln!(o, "    {}: {v}", k.replace('_', " "));
+    }
     o
 }
 
@@ -281,7 +417,19 @@ mod tests {
         s.peers[0].placement = Some(placement);
         let r = render(&s);
         assert!(r.contains("drops: replay=3\n"), "{r}");
-        assert!(r.contains("ordo: model inline\n"), "{r}");
+        assert!(r.contains("ordo: model inline, 1 queue, 0 crypto workers\n"), "{r}");
+        assert!(r.contains("warnings: none\n"), "{r}");
+        assert!(!r.contains("counters:"), "every counter only with --all: {r}");
+        s.warnings.push("black_hole: CPU 0 carries 95%".into());
+        s.stages.push(StageShow {
+            name: "decrypt".into(),
+            millicores: 250,
+            ..Default::default()
+        });
+        let r = render(&s);
+        assert!(r.contains("  warnings:\n    black_hole: CPU 0 carries 95%\n"), "{r}");
+        assert!(r.contains("cores by stage, last second: decrypt 0.25\n"), "{r}");
+        assert!(render_all(&s).contains("    drop replay: 3\n"));
         assert!(
             r.contains("  outer path: xdp on veth0 (native, copy, 1 socket)\n"),
             "{r}"

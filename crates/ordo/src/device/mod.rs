@@ -28,6 +28,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// A peer carrying at least this many packets a second counts as active for the detectors.
+const ACTIVE_PEER_PPS: f64 = 100.0;
+
 /// The data plane of an Ordo interface.
 pub type KernelPlane = DataPlane<InnerSide, OuterSide>;
 
@@ -42,6 +45,8 @@ pub struct Device {
     /// The UAPI socket path; the device stops when it disappears (as `wg-quick down` does).
     pub uapi_path: Mutex<Option<PathBuf>>,
     started: Instant,
+    /// The plane watching itself: figures per interval and the detectors' warnings.
+    pub health: crate::health::Monitor,
     /// Why the outer side is not what was asked for (`Outer = xdp` fell back to udp).
     pub outer_note: Option<String>,
 }
@@ -83,6 +88,7 @@ impl Device {
         let now = Instant::now();
         let mut core = Interface::new(now);
         core.set_mtu(inner.mtu().unwrap_or(1420));
+        let plan_cpus = plan.cpus.clone();
         Ok(Arc::new(Device {
             name: name.to_string(),
             plane: DataPlane::new(core, inner, outer, plan),
@@ -90,6 +96,7 @@ impl Device {
             stop: Arc::new(Stop::default()),
             uapi_path: Mutex::new(None),
             started: now,
+            health: crate::health::Monitor::new(plan_cpus),
             outer_note,
         }))
     }
@@ -101,6 +108,11 @@ impl Device {
         let d = Arc::downgrade(self);
         let housekeeping = move || {
             let d = d.upgrade()?;
+            d.health.observe(&d.plane.stats, || {
+                // Measured by the placement each interval.
+                let planes = d.plane.peer_planes();
+                planes.iter().filter(|p| p.load().pps >= ACTIVE_PEER_PPS).count()
+            });
             let path = d.uapi_path.lock().unwrap_or_else(|p| p.into_inner()).clone();
             (path.is_some_and(|p| !p.exists())).then(|| "UAPI socket was removed".to_string())
         };

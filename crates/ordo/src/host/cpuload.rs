@@ -97,6 +97,54 @@ pub fn figures(before: &Sample, after: &Sample, elapsed: Duration) -> Figures {
     f
 }
 
+/// One CPU's time by kind, in clock ticks since boot (/proc/stat).
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// User, nice and system: tasks, ours and others.
+    pub tasks: u64,
+    /// Hardware interrupts.
+    pub irq: u64,
+    /// Software interrupts (the network stack's receive and transmit work among them).
+    pub softirq: u64,
+    /// Taken by the hypervisor.
+    pub steal: u64,
+    /// Idle and waiting for I/O.
+    pub idle: u64,
+}
+
+impl CpuTimes {
+    pub fn total(&self) -> u64 {
+        self.tasks + self.irq + self.softirq + self.steal + self.idle
+    }
+}
+
+/// Each CPU's times, from /proc/stat (empty where it cannot be read).
+pub fn cpu_times() -> HashMap<usize, CpuTimes> {
+    std::fs::read_to_string("/proc/stat")
+        .map(|t| parse_cpu_times(&t))
+        .unwrap_or_default()
+}
+
+fn parse_cpu_times(text: &str) -> HashMap<usize, CpuTimes> {
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let cpu = f.next()?.strip_prefix("cpu")?.parse().ok()?;
+            let v: Vec<u64> = f.take(8).map(|x| x.parse().unwrap_or(0)).collect();
+            (v.len() == 8).then(|| {
+                let t = CpuTimes {
+                    tasks: v[0] + v[1] + v[2],
+                    idle: v[3] + v[4],
+                    irq: v[5],
+                    softirq: v[6],
+                    steal: v[7],
+                };
+                (cpu, t)
+            })
+        })
+        .collect()
+}
+
 /// `cpuN user nice system idle iowait irq softirq steal ...` lines: (busy, total) ticks.
 fn parse_stat(text: &str) -> HashMap<usize, (u64, u64)> {
     text.lines()
@@ -140,6 +188,9 @@ mod tests {
         // irq, softirq and steal are busy; iowait is idle.
         let c = parse_stat("cpu3 1 2 3 4 5 6 7 8 0 0\n");
         assert_eq!(c[&3], (1 + 2 + 3 + 6 + 7 + 8, 36));
+        let t = parse_cpu_times("cpu3 1 2 3 4 5 6 7 8 0 0\n")[&3];
+        assert_eq!((t.tasks, t.idle, t.irq, t.softirq, t.steal), (6, 9, 6, 7, 8));
+        assert_eq!(t.total(), 36);
     }
 
     #[test]

@@ -72,6 +72,7 @@ pub fn render(device: &Device) -> String {
     peers(&mut families, device);
     plane(&mut families, device);
     threads(&mut families, device);
+    health(&mut families, device);
     let families: Vec<MetricFamily> = (families.into_iter())
         .filter(|f| !f.0.get_metric().is_empty())
         .map(|f| f.0)
@@ -355,4 +356,53 @@ fn threads(out: &mut Vec<Family>, device: &Device) {
         }
     }
     out.extend([packets, batches, busy, wakeups, wasted, own, os, sleeps, preemptions]);
+}
+
+/// The last second as the plane judged it (`crate::health`): the detectors' verdicts, the
+/// cores per stage, and each CPU's time by kind beside Ordo's threads there.
+fn health(out: &mut Vec<Family>, device: &Device) {
+    use crate::health::Detector;
+    let report = device.health.report();
+    let mut active = Family::gauge(
+        "ordo_warning_active",
+        "Whether a detector found its condition in the last second (1) or not (0): execution order inversion, a black hole, Ordo's clock and the OS's accounting disagreeing. `ordo show` words it.",
+    );
+    for d in Detector::ALL {
+        let on = report.warnings.iter().any(|w| w.detector == d);
+        active.add(&[("detector", d.name())], on as u64 as f64);
+    }
+    out.push(active);
+    let Some(i) = report.interval else {
+        return;
+    };
+    let mut stage = Family::gauge(
+        "ordo_stage_cores",
+        "Cores a stage took in the last second, by Ordo's clock.",
+    );
+    for st in &i.stages {
+        stage.add(&[("stage", st.stage.name())], st.cores);
+    }
+    let mut time = Family::gauge(
+        "ordo_cpu_time_ratio",
+        "A CPU's last second by kind, as the OS accounts it (/proc/stat): tasks, irq, softirq, steal, idle.",
+    );
+    let mut ordo = Family::gauge(
+        "ordo_cpu_ordo_cores",
+        "Ordo's threads on a CPU in the last second: by Ordo's clock (waits for the CPU taken out) and as the OS charged them.",
+    );
+    for c in &i.cpus {
+        let cpu = c.cpu.to_string();
+        for (kind, v) in [
+            ("tasks", c.tasks),
+            ("irq", c.irq),
+            ("softirq", c.softirq),
+            ("steal", c.steal),
+            ("idle", c.idle),
+        ] {
+            time.add(&[("cpu", &cpu), ("kind", kind)], v);
+        }
+        ordo.add(&[("clock", "ordo"), ("cpu", &cpu)], c.ordo_clock);
+        ordo.add(&[("clock", "os"), ("cpu", &cpu)], c.ordo_os);
+    }
+    out.extend([stage, time, ordo]);
 }

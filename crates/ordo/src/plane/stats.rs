@@ -87,10 +87,18 @@ impl ThreadStats {
     /// What the OS says of this thread, to set beside its own busy time; None once it has
     /// exited.
     pub fn os(&self) -> Option<OsThread> {
-        let ticks = os_thread_cpu_ticks(self.tid)?;
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{}/stat", self.tid)).ok()?;
+        let (ticks, last_cpu) = parse_task_stat(&stat)?;
         let (sleeps, preemptions) = os_context_switches(self.tid)?;
+        // schedstat: time on a CPU, time waiting on a run queue (ns), timeslices.
+        let waited_ns = std::fs::read_to_string(format!("/proc/self/task/{}/schedstat", self.tid))
+            .ok()
+            .and_then(|t| t.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0);
         Some(OsThread {
             cpu: std::time::Duration::from_nanos(ticks * (1_000_000_000 / clock_ticks_per_second())),
+            last_cpu,
+            waited: std::time::Duration::from_nanos(waited_ns),
             sleeps,
             preemptions,
         })
@@ -102,6 +110,10 @@ impl ThreadStats {
 pub struct OsThread {
     /// User plus system time charged to it.
     pub cpu: std::time::Duration,
+    /// The CPU it ran on last.
+    pub last_cpu: usize,
+    /// Time it waited, runnable, for a CPU (schedstat's run delay).
+    pub waited: std::time::Duration,
     /// Times it gave up its CPU to wait (voluntary switches).
     pub sleeps: u64,
     /// Times it was switched out while it could still run (involuntary switches).
@@ -206,10 +218,15 @@ fn clock_ticks_per_second() -> u64 {
 /// User plus system time the OS accounts to thread `tid` of this process, in clock ticks.
 fn os_thread_cpu_ticks(tid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-    // Fields after the parenthesised name; utime and stime are fields 14 and 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    parse_task_stat(&stat).map(|(ticks, _)| ticks)
+}
+
+/// A /proc/PID/task/TID/stat text: utime + stime (fields 14 and 15), and the CPU it last ran
+/// on (field 39). The name, in parentheses, may hold spaces: fields count after its end.
+fn parse_task_stat(stat: &str) -> Option<(u64, usize)> {
+    let rest: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
+    let field = |n: usize| rest.get(n - 3).and_then(|x| x.parse::<u64>().ok());
+    Some((field(14)? + field(15)?, field(39)? as usize))
 }
 
 /// How often the OS switched thread `tid` of this process out: because it waited for

@@ -263,6 +263,7 @@ pub fn serve_requests(device: &Arc<Device>, mut reader: impl BufRead, mut out: i
                 let mut r = protocol::format_get(&view(device));
                 r.push_str(&ordo_counter_lines(device));
                 r.push_str(&placement_lines(device));
+                r.push_str(&health_lines(device));
                 r.push_str("errno=0\n\n");
                 r
             }
@@ -404,6 +405,63 @@ pub fn placement_lines(device: &Device) -> String {
             p.pps,
             p.cores * 1000.0
         );
+    }
+    s
+}
+
+/// The last interval's figures and warnings (`crate::health`), for `ordo show` and `ordo
+/// top`: `ordo_stage=NAME,millicores=C,pps=P,batches=B,wakeups=W,wasted=X` per stage,
+/// `ordo_thread=NAME,tid=T,cpu=C,ordo=M,os=M,waited=PERMILLE` per thread (millicores),
+/// `ordo_cpu=N,tasks=..,irq=..,softirq=..,steal=..,idle=..,ordo_clock=..,ordo_os=..` per CPU
+/// (permille of the interval, Ordo's threads in millicores), `ordo_warning=DETECTOR: TEXT`.
+pub fn health_lines(device: &Device) -> String {
+    use std::fmt::Write;
+    let report = device.health.report();
+    let mut s = String::new();
+    let milli = |x: f64| (x * 1000.0).round() as u64;
+    if let Some(i) = &report.interval {
+        for st in &i.stages {
+            let _ = writeln!(
+                s,
+                "ordo_stage={},millicores={},pps={:.0},batches={:.0},wakeups={:.0},wasted={:.0}",
+                st.stage.name(),
+                milli(st.cores),
+                st.packets_per_second,
+                st.batches_per_second,
+                st.wakeups_per_second,
+                st.wasted_per_second
+            );
+        }
+        for t in &i.threads {
+            let _ = writeln!(
+                s,
+                "ordo_thread={},tid={},cpu={},ordo={},os={},waited={}",
+                t.name,
+                t.tid,
+                t.cpu.map_or("-".to_string(), |c| c.to_string()),
+                milli(t.ordo_cores),
+                milli(t.os_cores),
+                milli(t.waited)
+            );
+        }
+        for c in &i.cpus {
+            let _ = writeln!(
+                s,
+                "ordo_cpu={},tasks={},irq={},softirq={},steal={},idle={},ordo_clock={},ordo_os={}",
+                c.cpu,
+                milli(c.tasks),
+                milli(c.irq),
+                milli(c.softirq),
+                milli(c.steal),
+                milli(c.idle),
+                milli(c.ordo_clock),
+                milli(c.ordo_os)
+            );
+        }
+    }
+    for w in &report.warnings {
+        // One line each: the protocol is line-based.
+        let _ = writeln!(s, "ordo_warning={}", w.to_string().replace('\n', " "));
     }
     s
 }
