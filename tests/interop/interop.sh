@@ -1305,6 +1305,37 @@ t_detectors() {
     true
 }
 
+# ordo top under tmux: the live view of B while a flow runs, and it leaves on `q`.
+t_top() {
+    "$ORDO" top nosuch0 >"$LOGDIR/top-nosuch.txt" 2>&1 && fail "ordo top of a missing interface succeeded"
+    grep -i "nosuch0" "$LOGDIR/top-nosuch.txt" >/dev/null || fail "the error does not name the interface"
+    tunnel ordo ordo
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    ip netns exec "$NS_B" iperf3 -s -1 >/dev/null 2>&1 &
+    sleep 0.3
+    ip netns exec "$NS_A" iperf3 -c "$IN_B" -t 6 >/dev/null &
+    local session="ordo-top-$$" screen
+    tmux kill-session -t "$session" 2>/dev/null || true
+    tmux new-session -d -s "$session" -x 110 -y 40 "$ORDO top $IF_B"
+    sleep 4
+    screen=$(tmux capture-pane -p -t "$session")
+    echo "$screen" >"$LOGDIR/top.txt"
+    grep "ordo top: $IF_B, model auto, outer path udp, 1 peer (q: quit)" <<<"$screen" >/dev/null \
+        || fail "no title: $screen"
+    grep -E "^│decrypt +0\.[0-9]{2} +[0-9]{4,}" <<<"$screen" >/dev/null || fail "no decrypt stage at work: $screen"
+    grep -E "^│${PUB_A:0:12} +[0-9.]+ (G|M)bit/s" <<<"$screen" >/dev/null || fail "no rate for A: $screen"
+    grep -E "^│(0|1) +[0-9]+%" <<<"$screen" >/dev/null || fail "no CPU rows: $screen"
+    grep "Warnings" <<<"$screen" >/dev/null || fail "no warnings box: $screen"
+    tmux send-keys -t "$session" q
+    local gone=0
+    for _ in $(seq 20); do
+        tmux has-session -t "$session" 2>/dev/null || { gone=1; break; }
+        sleep 0.1
+    done
+    ((gone)) || { tmux kill-session -t "$session"; fail "ordo top did not leave on q"; }
+    wait
+}
+
 PEERS=(wireguard-go boringtun ordo)
 read -ra MODELS <<<"${INTEROP_MODELS:-pool inline threaded auto}"
 for model in "${MODELS[@]}"; do
@@ -1355,6 +1386,7 @@ run_test "xdp_fallback" t_xdp_fallback
 run_test "metrics" t_metrics
 run_test "logs" t_logs
 run_test "detectors" t_detectors
+run_test "top" t_top
 if ((QUICK == 0)); then
     run_test "rekey[wireguard-go]" t_rekey wireguard-go
 fi

@@ -46,4 +46,5 @@ pub mod shared_stack;
 pub mod show;
 pub mod stack_interface;
 pub mod threads;
+pub mod top;
 pub mod uapi;

@@ -7,6 +7,7 @@
 //! ordo down CONFIG|NAME                                # wg-quick down
 //! ordo run -c CONFIG | --attach [OWNER:]NAME -- CMD [ARGS...]  # CMD uses the tunnel: no root, no TUN
 //! ordo show [IFNAME] [--all|--json]                    # wg show, plus Ordo's placement and warnings
+//! ordo top [IFNAME]                                     # a live view: CPUs, stages, peers, warnings
 //! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
 //! ordo bench [--model M] [--peers N] [--size B] [--workers T]  # the data plane in memory
 //! ordo loadgen setup|run|sink ...                      # N WireGuard clients against a server
@@ -84,6 +85,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A live view of an interface: CPUs, stages, peers, warnings, every second.
+    Top { ifname: Option<String> },
     /// Benchmark the data plane on in-memory I/O against the AEAD ceiling of this machine.
     Bench {
         /// Peers of the server data plane.
@@ -178,6 +181,7 @@ fn xplatform(args: &[String]) -> Option<Result<()>> {
         "up",
         "down",
         "show",
+        "top",
         "bench",
         "loadgen",
         "lab",
@@ -246,6 +250,7 @@ fn run(cli: Cli) -> Result<()> {
             };
             std::process::exit(code);
         }
+        Command::Top { ifname } => ordo::top::run(ifname),
         Command::Show { ifname, all, json } => {
             let names = match ifname {
                 Some(n) => vec![n],
