@@ -1215,7 +1215,7 @@ t_logs() {
     # Each line: a UTC timestamp, the level, the interface.
     local bad
     bad=$(grep -cvE "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z (ERROR|WARN |INFO |DEBUG) ordo\[$IF_A\]: " "$log" || true)
-    ((bad == 0)) || fail "$bad lines without timestamp, level and interface: $(grep -vE " ordo\[$IF_A\]: " "$log" | head -3)"
+    ((bad == 0)) || fail "$bad lines without timestamp, level and interface: $(grep -m3 -vE " ordo\[$IF_A\]: " "$log")"
     grep -E "INFO  ordo\[$IF_A\]: up, listening on UDP port" "$log" >/dev/null || fail "no start line"
     key=$(awk '/^PrivateKey/ {print $3; exit}' "$LOGDIR/server.conf")
     [[ -n $key ]] || fail "no private key in the server's configuration"
@@ -1233,7 +1233,7 @@ t_logs() {
     : >"$log"
     LOG_LEVEL=error tunnel ordo wireguard-go
     ping_ok "$NS_A" "$IN_B" || fail "ping at LOG_LEVEL=error"
-    grep -E "INFO|DEBUG" "$log" >/dev/null && fail "LOG_LEVEL=error logged $(grep -E "INFO|DEBUG" "$log" | head -2)"
+    grep -E "INFO|DEBUG" "$log" >/dev/null && fail "LOG_LEVEL=error logged $(grep -m2 -E "INFO|DEBUG" "$log")"
     teardown
     : >"$log"
     LOG_LEVEL=silent tunnel ordo wireguard-go
