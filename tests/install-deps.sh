@@ -9,6 +9,7 @@ BORINGTUN_VERSION="0.7.1"
 need_apt=()
 for pair in wg:wireguard-tools iperf3:iperf3 ping:iputils-ping tcpdump:tcpdump ip:iproute2 python3:python3 nft:nftables \
     curl:curl nc:netcat-openbsd setpriv:util-linux dnsmasq:dnsmasq-base ssh:openssh-client sshd:openssh-server tmux:tmux \
+    ethtool:ethtool conntrack:conntrack \
     promtool:prometheus; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done

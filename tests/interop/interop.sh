@@ -1193,6 +1193,14 @@ t_metrics() {
     done
     [[ $got == "$rx" ]] || fail "Prometheus read '$got', wg show $rx: $(tail -5 "$LOGDIR/prometheus.log")"
     [[ $(prom_query up) == 1 ]] || fail "Prometheus sees the target down"
+    # The Grafana dashboard: its structure, and every panel's query on this server, a few
+    # scrapes in (rates need two), the panels this setup feeds with data.
+    sleep 1
+    ip netns exec "$NS_A" python3 "$ROOT/grafana/check.py" "$ROOT/grafana/ordo-dashboard.json" http://127.0.0.1:9090 \
+        "Traffic per peer" "Time since the last handshake" "Cores by stage (last second)" \
+        "Warnings (1: the detector's condition holds)" "Threads: Ordo's clock beside the OS's charge" \
+        "CPUs: the OS's time by kind and Ordo's threads there" "Where each peer runs" >"$LOGDIR/dashboard.txt" 2>&1 \
+        || fail "$(cat "$LOGDIR/dashboard.txt")"
 }
 
 # The daemon's log: LOG_LEVEL as wireguard-go reads it; per-packet events at verbose, a few
@@ -1336,6 +1344,90 @@ t_top() {
     wait
 }
 
+# doctor NS ARGS...: `ordo doctor` run in namespace NS for the interface of A, on veth-a.
+doctor() {
+    local ns=$1
+    shift
+    ip netns exec "$ns" "$ORDO" doctor "$IF_A" --outer veth-a "$@"
+}
+
+# doctor_names TEXT SEVERITY CHECK FIX: the doctor's report names CHECK at SEVERITY with FIX.
+doctor_names() {
+    grep -F "[$2] $3" <<<"$1" >/dev/null || fail "doctor does not name '$3' as $2: $1"
+    grep "^  fix:  " <<<"$1" | grep -F "$4" >/dev/null || fail "no fix '$4' for '$3': $1"
+}
+
+# ordo doctor: nothing on a clean setup; each misconfiguration injected on A's veth named,
+# with its fix, and gone once fixed.
+t_doctor() {
+    tunnel ordo wireguard-go
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    # Clean: the offloads on, threaded NAPI (veth has NAPI once GRO is on).
+    ip netns exec "$NS_A" ethtool -K veth-a gro on gso on tso on rx-udp-gro-forwarding on >/dev/null
+    ip netns exec "$NS_A" sh -c 'echo 1 > /sys/class/net/veth-a/threaded'
+    local report rc
+    report=$(doctor "$NS_A" --json) || fail "doctor failed on a clean setup: $report"
+    python3 -c '
+import json, sys
+f = json.load(sys.stdin)
+bad = [x for x in f if x["severity"] in ("advice", "problem")]
+for x in bad:
+    print("    %s: %s: %s" % (x["severity"], x["check"], x["read"]), file=sys.stderr)
+assert f and not bad
+' <<<"$report" || fail "the clean setup has findings"
+    # GRO off: advice on a virtual link (a sender's GSO batch crosses it whole).
+    ip netns exec "$NS_A" ethtool -K veth-a gro off
+    report=$(doctor "$NS_A") || fail "doctor failed: $report"
+    doctor_names "$report" advice "generic-receive-offload of veth-a" "ethtool -K veth-a gro on"
+    ip netns exec "$NS_A" ethtool -K veth-a gro on
+    # GSO off: a problem, exit status 1.
+    ip netns exec "$NS_A" ethtool -K veth-a gso off
+    rc=0
+    report=$(doctor "$NS_A") || rc=$?
+    ((rc == 1)) || fail "doctor exited $rc with a problem found"
+    doctor_names "$report" problem "generic-segmentation-offload of veth-a" "ethtool -K veth-a gso on"
+    ip netns exec "$NS_A" ethtool -K veth-a gso on
+    # RPS on the receive queue.
+    ip netns exec "$NS_A" sh -c 'echo 3 > /sys/class/net/veth-a/queues/rx-0/rps_cpus'
+    report=$(doctor "$NS_A") || fail "doctor failed: $report"
+    doctor_names "$report" advice "receive steering (RPS) of veth-a" "echo 0 > \$q/rps_cpus"
+    ip netns exec "$NS_A" sh -c 'echo 0 > /sys/class/net/veth-a/queues/rx-0/rps_cpus'
+    # NAPI back in softirq.
+    ip netns exec "$NS_A" sh -c 'echo 0 > /sys/class/net/veth-a/threaded'
+    report=$(doctor "$NS_A") || fail "doctor failed: $report"
+    doctor_names "$report" advice "threaded NAPI of veth-a" "echo 1 > /sys/class/net/veth-a/threaded"
+    ip netns exec "$NS_A" sh -c 'echo 1 > /sys/class/net/veth-a/threaded'
+    # An outer MTU too small for the tunnel's.
+    ip -n "$NS_A" link set veth-a mtu 1440
+    report=$(doctor "$NS_A") && fail "no problem found with the MTU"
+    doctor_names "$report" problem "MTU of veth-a against the tunnel's" "ip link set $IF_A mtu 1360"
+    ip -n "$NS_A" link set veth-a mtu 1500
+    # Conntrack on: a stateful rule, then tunnel traffic.
+    ip netns exec "$NS_A" nft -f - <<EOF
+table inet ordo_test {
+    chain input {
+        type filter hook input priority 0;
+        ct state established accept
+    }
+}
+EOF
+    ping_ok "$NS_A" "$IN_B" || fail "ping with conntrack"
+    report=$(doctor "$NS_A") || fail "doctor failed: $report"
+    doctor_names "$report" advice "connection tracking of the UDP port" "nft add table inet ordo_notrack"
+    # Its fix, as given: the tunnel's datagrams are tracked no more.
+    local fix
+    fix=$(grep -A3 -F "[advice] connection tracking of the UDP port" <<<"$report" | sed -n 's/^  fix:  //p')
+    ip netns exec "$NS_A" sh -c "$fix" || fail "the fix failed: $fix"
+    # The flows tracked before the fix stay until they expire: flushed, then traffic again.
+    ip netns exec "$NS_A" conntrack -F >/dev/null 2>&1
+    ping_ok "$NS_A" "$IN_B" || fail "ping after the fix"
+    ip netns exec "$NS_A" nft flush table inet ordo_test
+    ip netns exec "$NS_A" nft delete table inet ordo_test
+    report=$(doctor "$NS_A") || fail "doctor failed after the fixes: $report"
+    grep -E "^\[(problem|advice)\]" <<<"$report" && fail "findings left after the fixes: $report"
+    true
+}
+
 PEERS=(wireguard-go boringtun ordo)
 read -ra MODELS <<<"${INTEROP_MODELS:-pool inline threaded auto}"
 for model in "${MODELS[@]}"; do
@@ -1387,6 +1479,7 @@ run_test "metrics" t_metrics
 run_test "logs" t_logs
 run_test "detectors" t_detectors
 run_test "top" t_top
+run_test "doctor" t_doctor
 if ((QUICK == 0)); then
     run_test "rekey[wireguard-go]" t_rekey wireguard-go
 fi

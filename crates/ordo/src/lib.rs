@@ -25,6 +25,7 @@ pub mod bench;
 pub mod config;
 pub mod daemon;
 pub mod device;
+pub mod doctor;
 pub mod firewall;
 pub mod health;
 pub mod host;

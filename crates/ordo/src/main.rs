@@ -8,6 +8,7 @@
 //! ordo run -c CONFIG | --attach [OWNER:]NAME -- CMD [ARGS...]  # CMD uses the tunnel: no root, no TUN
 //! ordo show [IFNAME] [--all|--json]                    # wg show, plus Ordo's placement and warnings
 //! ordo top [IFNAME]                                     # a live view: CPUs, stages, peers, warnings
+//! ordo doctor [IFNAME] [--outer DEV]... [--json]        # what on this host slows or breaks the tunnel
 //! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
 //! ordo bench [--model M] [--peers N] [--size B] [--workers T]  # the data plane in memory
 //! ordo loadgen setup|run|sink ...                      # N WireGuard clients against a server
@@ -87,6 +88,18 @@ enum Command {
     },
     /// A live view of an interface: CPUs, stages, peers, warnings, every second.
     Top { ifname: Option<String> },
+    /// What on this host slows or breaks a WireGuard gateway, each finding with what was read,
+    /// why it matters and the fix; exits 1 when a problem is found.
+    Doctor {
+        /// The Ordo interface (its port, MTU, queue CPUs and drops are read over its socket).
+        ifname: Option<String>,
+        /// An outer interface to check (repeatable; default: the default routes' interfaces).
+        #[arg(long = "outer")]
+        outers: Vec<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Benchmark the data plane on in-memory I/O against the AEAD ceiling of this machine.
     Bench {
         /// Peers of the server data plane.
@@ -182,6 +195,7 @@ fn xplatform(args: &[String]) -> Option<Result<()>> {
         "down",
         "show",
         "top",
+        "doctor",
         "bench",
         "loadgen",
         "lab",
@@ -251,6 +265,19 @@ fn run(cli: Cli) -> Result<()> {
             std::process::exit(code);
         }
         Command::Top { ifname } => ordo::top::run(ifname),
+        Command::Doctor { ifname, outers, json } => {
+            let ctx = ordo::doctor::Context::read(ifname.as_deref(), outers)?;
+            let findings = ordo::doctor::examine(&ctx);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&findings)?);
+            } else {
+                print!("{}", ordo::doctor::render(&findings));
+            }
+            if findings.iter().any(|f| f.severity == ordo::doctor::Severity::Problem) {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Show { ifname, all, json } => {
             let names = match ifname {
                 Some(n) => vec![n],

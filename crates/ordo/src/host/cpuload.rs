@@ -118,6 +118,17 @@ impl CpuTimes {
     }
 }
 
+/// The kernel's clock ticks a second, the unit of /proc/stat and of a task's CPU time.
+pub fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}
+
 /// Each CPU's times, from /proc/stat (empty where it cannot be read).
 pub fn cpu_times() -> HashMap<usize, CpuTimes> {
     std::fs::read_to_string("/proc/stat")

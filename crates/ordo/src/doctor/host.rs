@@ -1,0 +1,248 @@
+//! The host-wide checks: connection tracking of the UDP port, Ordo's socket buffers, the CPU
+//! frequency governor and SMT, the kernel's WireGuard module, and whether the kernel counts
+//! the softirq work it does (papers/001).
+
+use super::{Context, Finding, Severity};
+use std::collections::HashMap;
+use std::time::Duration;
+
+pub fn examine(ctx: &Context) -> Vec<Finding> {
+    vec![
+        conntrack(ctx),
+        socket_buffers(ctx),
+        governor(),
+        smt(),
+        wireguard_module(),
+        softirq_accounting(),
+    ]
+}
+
+/// Conntrack on the listen port: every datagram pays a table lookup, and a full table drops
+/// new flows. The entries for the port show it tracks them (a `notrack` rule removes them).
+fn conntrack(ctx: &Context) -> Finding {
+    let check = "connection tracking of the UDP port";
+    let Some(port) = ctx.port() else {
+        return Finding::unknown(check, "the listen port is unknown (ordo doctor IFNAME)");
+    };
+    let Ok(table) = std::fs::read_to_string("/proc/net/nf_conntrack") else {
+        return Finding::ok(
+            check,
+            "no conntrack in this network namespace (/proc/net/nf_conntrack absent)",
+        );
+    };
+    let needle = (format!("dport={port} "), format!("sport={port} "));
+    let tracked = (table.lines())
+        .filter(|l| l.contains(" udp ") || l.starts_with("ipv4") || l.starts_with("ipv6"))
+        .filter(|l| l.contains(" udp ") && (l.contains(&needle.0) || l.contains(&needle.1)))
+        .count();
+    if tracked == 0 {
+        return Finding::ok(check, format!("no flow of udp/{port} in /proc/net/nf_conntrack"));
+    }
+    Finding::flag(
+        Severity::Advice,
+        check,
+        format!("{tracked} flow(s) of udp/{port} in /proc/net/nf_conntrack"),
+        "conntrack looks up every datagram of the tunnel and keeps an entry per peer; a full table drops new \
+         peers' handshakes",
+        Some(format!(
+            "nft add table inet ordo_notrack; nft add chain inet ordo_notrack pre '{{ type filter hook prerouting \
+             priority raw; }}'; nft add chain inet ordo_notrack out '{{ type filter hook output priority raw; }}'; \
+             nft add rule inet ordo_notrack pre udp dport {port} notrack; nft add rule inet ordo_notrack out udp \
+             sport {port} notrack"
+        )),
+    )
+}
+
+/// Ordo forces its sockets' buffers (SO_RCVBUFFORCE), so the system's limits do not cap it;
+/// what tells is the kernel's own count of datagrams dropped for a full receive buffer.
+fn socket_buffers(ctx: &Context) -> Finding {
+    let check = "socket buffers";
+    let limits = format!(
+        "net.core.rmem_max {}, wmem_max {}",
+        super::sysfs_number("/proc/sys/net/core/rmem_max").unwrap_or(-1),
+        super::sysfs_number("/proc/sys/net/core/wmem_max").unwrap_or(-1)
+    );
+    let Some(s) = &ctx.interface else {
+        return Finding::unknown(check, format!("{limits}; Ordo's drops unknown (ordo doctor IFNAME)"));
+    };
+    let dropped = s.counters.get("drop_os_udp_receive_buffer").copied().unwrap_or(0);
+    if dropped == 0 {
+        return Finding::ok(
+            check,
+            format!("{limits}; Ordo sets its own (SO_RCVBUFFORCE); the kernel dropped none for a full buffer"),
+        );
+    }
+    Finding::flag(
+        Severity::Problem,
+        check,
+        format!(
+            "the kernel dropped {dropped} datagrams for {} for a full receive buffer",
+            s.name
+        ),
+        "Ordo's receive threads did not keep up: the CPUs of its queues are busy with other work (ordo show \
+         --all: what each queue's CPU did besides Ordo), or the queues are too few for the load",
+        Some(format!("ordo show {} --all; ordo top {}", s.name, s.name)),
+    )
+}
+
+/// A governor other than `performance` lowers the clock between bursts; the first packets of
+/// each burst run slow.
+fn governor() -> Finding {
+    let check = "CPU frequency governor";
+    let mut governors: HashMap<String, Vec<usize>> = HashMap::new();
+    for cpu in 0..1024 {
+        let path = format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor");
+        match std::fs::read_to_string(&path) {
+            Ok(g) => governors.entry(g.trim().to_string()).or_default().push(cpu),
+            Err(_) if cpu > 0 && !std::path::Path::new(&format!("/sys/devices/system/cpu/cpu{cpu}")).exists() => break,
+            Err(_) => {}
+        }
+    }
+    if governors.is_empty() {
+        return Finding::ok(check, "no cpufreq (a virtual machine, or a fixed clock)");
+    }
+    let slow: Vec<String> = (governors.iter())
+        .filter(|(g, _)| g.as_str() != "performance")
+        .map(|(g, cpus)| format!("{g} on CPUs {}", crate::host::topology::format_cpu_list(cpus)))
+        .collect();
+    if slow.is_empty() {
+        return Finding::ok(check, "performance on every CPU");
+    }
+    Finding::flag(
+        Severity::Advice,
+        check,
+        slow.join("; "),
+        "the clock drops between bursts and each burst's first packets run slow: latency and jitter",
+        Some("cpupower frequency-set -g performance".into()),
+    )
+}
+
+/// Two queues on the two threads of one core share its execution units.
+fn smt() -> Finding {
+    let check = "simultaneous multithreading (SMT)";
+    match super::sysfs_number("/sys/devices/system/cpu/smt/active") {
+        Some(1) => Finding::flag(
+            Severity::Advice,
+            check,
+            "/sys/devices/system/cpu/smt/active: 1",
+            "two of Ordo's queues on sibling threads share one core's execution units and caches: the crypto \
+             of each runs slower than on a core of its own",
+            Some("ordo IFNAME --cores <one thread per core> (lscpu -e: the CORE column)".into()),
+        ),
+        Some(_) => Finding::ok(check, "off"),
+        None => Finding::ok(check, "not offered by this CPU"),
+    }
+}
+
+/// wg-quick uses the kernel's WireGuard whenever `ip link add type wireguard` succeeds, and
+/// only falls back to WG_QUICK_USERSPACE_IMPLEMENTATION when it does not.
+fn wireguard_module() -> Finding {
+    let check = "the kernel's WireGuard module";
+    if std::path::Path::new("/sys/module/wireguard").exists() {
+        return Finding::flag(
+            Severity::Problem,
+            check,
+            "/sys/module/wireguard exists: loaded (or built in)",
+            "wg-quick creates kernel WireGuard interfaces whenever it can and ignores \
+             WG_QUICK_USERSPACE_IMPLEMENTATION=ordo",
+            Some("modprobe -r wireguard (and blacklist it), or bring tunnels up with `ordo up`".into()),
+        );
+    }
+    Finding::ok(
+        check,
+        "not loaded: wg-quick runs the userspace implementation it is given",
+    )
+}
+
+/// Per CPU: NET_RX softirqs and the softirq time /proc/stat gives them over one second. Many
+/// softirqs with no time counted: the kernel does not account the time spent in them (IRQ time
+/// accounting off, or softirq run in interrupt context counted as idle, papers/001), so
+/// mpstat and top under-report the CPU that networking takes.
+fn softirq_accounting() -> Finding {
+    let check = "softirq time accounting";
+    let config = kernel_config("CONFIG_IRQ_TIME_ACCOUNTING");
+    let before = (net_rx_softirqs(), crate::host::cpuload::cpu_times());
+    std::thread::sleep(Duration::from_secs(1));
+    let after = (net_rx_softirqs(), crate::host::cpuload::cpu_times());
+    let ticks = crate::host::cpuload::clock_ticks_per_second() as f64;
+    let mut busy = Vec::new();
+    let mut unaccounted = Vec::new();
+    for (cpu, n) in &after.0 {
+        let count = n.saturating_sub(before.0.get(cpu).copied().unwrap_or(0));
+        let time = (after.1.get(cpu).map_or(0, |t| t.softirq))
+            .saturating_sub(before.1.get(cpu).map_or(0, |t| t.softirq)) as f64
+            / ticks;
+        if count >= 1_000 {
+            busy.push(format!("CPU {cpu}: {count} NET_RX, {:.0}% softirq", time * 100.0));
+            if time < 0.005 {
+                unaccounted.push(*cpu);
+            }
+        }
+    }
+    let config_note = match config {
+        Some(true) => "CONFIG_IRQ_TIME_ACCOUNTING=y",
+        Some(false) => "CONFIG_IRQ_TIME_ACCOUNTING off",
+        None => "the kernel's config not found",
+    };
+    if busy.is_empty() {
+        return Finding::unknown(
+            check,
+            format!("{config_note}; no CPU ran 1,000 NET_RX softirqs in the second measured: run it under traffic"),
+        );
+    }
+    busy.sort();
+    if unaccounted.is_empty() {
+        return Finding::ok(check, format!("{config_note}; {}", busy.join("; ")));
+    }
+    Finding::flag(
+        Severity::Advice,
+        check,
+        format!("{config_note}; {}", busy.join("; ")),
+        "the kernel runs the network's softirqs and counts no time for them: mpstat and top show those CPUs \
+         idler than they are (papers/001); trust Ordo's own figures (ordo top) and perf's",
+        Some("a kernel with CONFIG_IRQ_TIME_ACCOUNTING=y; meanwhile perf stat -a -e cycles per CPU".into()),
+    )
+}
+
+/// NET_RX softirqs per CPU since boot (/proc/softirqs).
+fn net_rx_softirqs() -> HashMap<usize, u64> {
+    let text = std::fs::read_to_string("/proc/softirqs").unwrap_or_default();
+    parse_net_rx(&text)
+}
+
+fn parse_net_rx(text: &str) -> HashMap<usize, u64> {
+    let mut lines = text.lines();
+    let cpus: Vec<usize> = (lines.next().unwrap_or_default().split_whitespace())
+        .filter_map(|c| c.strip_prefix("CPU")?.parse().ok())
+        .collect();
+    (lines.find(|l| l.trim_start().starts_with("NET_RX:")))
+        .map(|l| {
+            (l.split_whitespace().skip(1))
+                .zip(&cpus)
+                .filter_map(|(n, &cpu)| Some((cpu, n.parse().ok()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the running kernel was built with `option` (/boot/config-RELEASE or
+/// /proc/config.gz is not read: it needs a decompressor); None when the config is not there.
+fn kernel_config(option: &str) -> Option<bool> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let config = std::fs::read_to_string(format!("/boot/config-{}", release.trim())).ok()?;
+    Some(config.lines().any(|l| l == format!("{option}=y")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn net_rx_softirqs_per_cpu() {
+        let text = "                    CPU0       CPU1\n          HI:          0          1\n      \
+                    NET_TX:          5          6\n      NET_RX:     123456         78\n";
+        let n = parse_net_rx(text);
+        assert_eq!(n[&0], 123456);
+        assert_eq!(n[&1], 78);
+    }
+}

@@ -1,0 +1,222 @@
+//! `ordo doctor`: what on this host slows or breaks a WireGuard gateway, each finding with
+//! what was read, why it matters and the command that fixes it. The outer interfaces' own
+//! settings ([`nic`]: offloads, steering, interrupts, NAPI, MTU, NUMA) and the host's
+//! ([`host`]: conntrack, CPU frequency and SMT, the kernel's WireGuard module, and whether the
+//! kernel accounts softirq time at all, papers/001).
+//!
+//! With an Ordo interface named, its listen port, tunnel MTU, queue CPUs and drops are read
+//! over its UAPI socket (as `ordo show` does); without, the checks that need them say so.
+
+pub mod host;
+pub mod nic;
+
+use crate::show::InterfaceShow;
+use serde::Serialize;
+use std::fmt::Write;
+
+/// How much a finding matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// As it should be.
+    Ok,
+    /// Could not be checked here (no such file, no traffic to measure): said, not judged.
+    Unknown,
+    /// Costs performance; worth changing.
+    Advice,
+    /// Loses packets, or defeats a feature.
+    Problem,
+}
+
+impl Severity {
+    fn label(self) -> &'static str {
+        match self {
+            Severity::Ok => "ok",
+            Severity::Unknown => "unknown",
+            Severity::Advice => "advice",
+            Severity::Problem => "problem",
+        }
+    }
+}
+
+/// One check's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// The check, with the interface or CPU it is about: "offloads of eth0".
+    pub check: String,
+    pub severity: Severity,
+    /// What was read, and where.
+    pub read: String,
+    /// Why it matters (empty when all is well).
+    pub why: String,
+    /// The command that fixes it.
+    pub fix: Option<String>,
+}
+
+impl Finding {
+    pub fn ok(check: impl Into<String>, read: impl Into<String>) -> Finding {
+        Finding {
+            check: check.into(),
+            severity: Severity::Ok,
+            read: read.into(),
+            why: String::new(),
+            fix: None,
+        }
+    }
+
+    pub fn unknown(check: impl Into<String>, read: impl Into<String>) -> Finding {
+        Finding {
+            severity: Severity::Unknown,
+            ..Finding::ok(check, read)
+        }
+    }
+
+    pub fn flag(
+        severity: Severity,
+        check: impl Into<String>,
+        read: impl Into<String>,
+        why: impl Into<String>,
+        fix: Option<String>,
+    ) -> Finding {
+        Finding {
+            check: check.into(),
+            severity,
+            read: read.into(),
+            why: why.into(),
+            fix,
+        }
+    }
+}
+
+/// What the checks know of the Ordo interface and the host.
+#[derive(Default)]
+pub struct Context {
+    /// The Ordo interface, as `ordo show` reads it.
+    pub interface: Option<InterfaceShow>,
+    /// Its tunnel MTU (/sys/class/net/IFNAME/mtu).
+    pub tunnel_mtu: Option<u32>,
+    /// The outer interfaces to check.
+    pub outers: Vec<String>,
+    /// The CPUs of the interface's queues (from its peers' placement and counters).
+    pub queue_cpus: Vec<usize>,
+}
+
+impl Context {
+    /// Reads what the checks need: the interface named (if any) and the outer interfaces
+    /// given, else those of the default routes.
+    pub fn read(ifname: Option<&str>, outers: Vec<String>) -> anyhow::Result<Context> {
+        let interface = ifname.map(crate::show::fetch).transpose()?;
+        let tunnel_mtu = ifname.and_then(|n| sysfs_number(&format!("/sys/class/net/{n}/mtu")).map(|m| m as u32));
+        let outers = if outers.is_empty() {
+            crate::outer::xdp::route::Routes::open()
+                .and_then(|r| r.outer_interfaces())
+                .map(|v| v.into_iter().map(|i| i.name).collect())
+                .unwrap_or_default()
+        } else {
+            outers
+        };
+        let mut queue_cpus: Vec<usize> = (interface.iter())
+            .flat_map(|s| s.peers.iter())
+            .filter_map(|p| p.placement.as_ref())
+            .flat_map(|p| crate::host::topology::parse_cpu_list(&p.cpu).unwrap_or_default())
+            .collect();
+        // The queues' CPUs from the counters' names (queueQ_cpuC_...), peers or not.
+        for k in interface.iter().flat_map(|s| s.counters.keys()) {
+            if let Some(c) = k.strip_prefix("queue").and_then(|r| r.split_once("_cpu")) {
+                if let Some(cpu) = c.1.split('_').next().and_then(|x| x.parse().ok()) {
+                    queue_cpus.push(cpu);
+                }
+            }
+        }
+        queue_cpus.sort_unstable();
+        queue_cpus.dedup();
+        Ok(Context {
+            interface,
+            tunnel_mtu,
+            outers,
+            queue_cpus,
+        })
+    }
+
+    /// The interface's listen port.
+    pub fn port(&self) -> Option<u16> {
+        self.interface.as_ref().map(|s| s.listen_port).filter(|p| *p != 0)
+    }
+}
+
+/// Every check.
+pub fn examine(ctx: &Context) -> Vec<Finding> {
+    let mut f = Vec::new();
+    if ctx.outers.is_empty() {
+        f.push(Finding::unknown(
+            "outer interfaces",
+            "no default route and none given (ordo doctor --outer DEV)",
+        ));
+    }
+    for dev in &ctx.outers {
+        f.extend(nic::examine(dev, ctx));
+    }
+    f.extend(host::examine(ctx));
+    f
+}
+
+/// The findings for a person: problems and advice in full, the rest a line each.
+pub fn render(findings: &[Finding]) -> String {
+    let mut o = String::new();
+    let mut sorted: Vec<&Finding> = findings.iter().collect();
+    sorted.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    for f in &sorted {
+        if f.severity >= Severity::Advice {
+            let _ = writeln!(o, "[{}] {}", f.severity.label(), f.check);
+            let _ = writeln!(o, "  read: {}", f.read);
+            let _ = writeln!(o, "  why:  {}", f.why);
+            if let Some(fix) = &f.fix {
+                let _ = writeln!(o, "  fix:  {fix}");
+            }
+        } else {
+            let _ = writeln!(o, "[{}] {}: {}", f.severity.label(), f.check, f.read);
+        }
+    }
+    let problems = findings.iter().filter(|f| f.severity == Severity::Problem).count();
+    let advice = findings.iter().filter(|f| f.severity == Severity::Advice).count();
+    let _ = writeln!(
+        o,
+        "\n{} checks: {problems} problem{}, {advice} piece{} of advice",
+        findings.len(),
+        if problems == 1 { "" } else { "s" },
+        if advice == 1 { "" } else { "s" }
+    );
+    o
+}
+
+/// A number in a sysfs or procfs file.
+pub(crate) fn sysfs_number(path: &str) -> Option<i64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problems_come_first_with_their_fix() {
+        let f = vec![
+            Finding::ok("threaded NAPI of eth0", "on"),
+            Finding::flag(
+                Severity::Problem,
+                "offloads of eth0",
+                "generic-receive-offload: off",
+                "one datagram per read",
+                Some("ethtool -K eth0 gro on".into()),
+            ),
+        ];
+        let r = render(&f);
+        assert!(
+            r.starts_with("[problem] offloads of eth0\n  read: generic-receive-offload: off\n"),
+            "{r}"
+        );
+        assert!(r.contains("  fix:  ethtool -K eth0 gro on\n"), "{r}");
+        assert!(r.contains("[ok] threaded NAPI of eth0: on\n"), "{r}");
+        assert!(r.ends_with("2 checks: 1 problem, 0 pieces of advice\n"), "{r}");
+    }
+}
