@@ -31,8 +31,8 @@ fn conntrack(ctx: &Context) -> Finding {
         );
     };
     let needle = (format!("dport={port} "), format!("sport={port} "));
+    // Lines as "ipv4 2 udp 17 29 src=... dst=... sport=... dport=51820 ...".
     let tracked = (table.lines())
-        .filter(|l| l.contains(" udp ") || l.starts_with("ipv4") || l.starts_with("ipv6"))
         .filter(|l| l.contains(" udp ") && (l.contains(&needle.0) || l.contains(&needle.1)))
         .count();
     if tracked == 0 {

@@ -232,17 +232,7 @@ mod tests {
     fn interval() -> Interval {
         Interval {
             elapsed: Duration::from_secs(1),
-            stages: Stage::ALL
-                .iter()
-                .map(|&stage| StageFigures {
-                    stage,
-                    cores: 0.0,
-                    packets_per_second: 0.0,
-                    batches_per_second: 0.0,
-                    wakeups_per_second: 0.0,
-                    wasted_per_second: 0.0,
-                })
-                .collect(),
+            stages: Stage::ALL.iter().map(|&s| StageFigures::idle(s)).collect(),
             threads: Vec::new(),
             cpus: vec![
                 CpuFigures {

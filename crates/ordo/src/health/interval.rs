@@ -30,6 +30,18 @@ pub struct StageFigures {
 }
 
 impl StageFigures {
+    /// A stage that did nothing.
+    pub fn idle(stage: Stage) -> StageFigures {
+        StageFigures {
+            stage,
+            cores: 0.0,
+            packets_per_second: 0.0,
+            batches_per_second: 0.0,
+            wakeups_per_second: 0.0,
+            wasted_per_second: 0.0,
+        }
+    }
+
     /// Packets delivered per wake-up (delivery stages), None without wake-ups.
     pub fn packets_per_wakeup(&self) -> Option<f64> {
         (self.wakeups_per_second > 0.0).then(|| self.packets_per_second / self.wakeups_per_second)
@@ -113,17 +125,7 @@ impl Interval {
         let secs = elapsed.as_secs_f64();
         let ns = |n: u64| n as f64 / 1e9 / secs;
         let rate = |n: u64| n as f64 / secs;
-        let mut stages: Vec<StageFigures> = Stage::ALL
-            .iter()
-            .map(|&stage| StageFigures {
-                stage,
-                cores: 0.0,
-                packets_per_second: 0.0,
-                batches_per_second: 0.0,
-                wakeups_per_second: 0.0,
-                wasted_per_second: 0.0,
-            })
-            .collect();
+        let mut stages: Vec<StageFigures> = Stage::ALL.iter().map(|&s| StageFigures::idle(s)).collect();
         let mut threads = Vec::new();
         for t in &after.threads {
             let was = before
