@@ -66,8 +66,8 @@ fn load(dir: &Path) -> Result<Vec<Point>> {
 }
 
 /// Lines of (x, y) per implementation, from the points of one kind.
-fn series(points: &[Point], kind: &str, y: impl Fn(&Point) -> f64) -> BTreeMap<String, Vec<(f64, f64)>> {
-    let mut s: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+fn series(points: &[Point], kind: &str, y: impl Fn(&Point) -> f64) -> Lines {
+    let mut s = Lines::new();
     for p in points.iter().filter(|p| p.kind == kind) {
         s.entry(p.implementation.clone())
             .or_default()
@@ -151,38 +151,36 @@ fn series_color(i: usize) -> RGBAColor {
 /// Width of the legend beside a chart: the legend never covers the data.
 const LEGEND_WIDTH: u32 = 150;
 
+/// One series in a legend: its name, its colour, and whether it is drawn as bars.
+struct LegendEntry {
+    name: String,
+    color: RGBAColor,
+    bar: bool,
+}
+
 /// The legend, in its own area right of the chart: a mark and a name per series.
-fn legend<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    entries: &[(String, RGBAColor, bool)],
-) -> Result<()>
+fn legend<DB: DrawingBackend>(area: &DrawingArea<DB, plotters::coord::Shift>, entries: &[LegendEntry]) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
-    for (i, (name, color, bar)) in entries.iter().enumerate() {
+    for (i, e) in entries.iter().enumerate() {
         let y = 50 + i as i32 * 22;
-        if *bar {
-            area.draw(&Rectangle::new([(6, y - 6), (20, y + 6)], color.filled()))?;
+        if e.bar {
+            area.draw(&Rectangle::new([(6, y - 6), (20, y + 6)], e.color.filled()))?;
         } else {
-            area.draw(&PathElement::new(vec![(4, y), (22, y)], color.stroke_width(2)))?;
+            area.draw(&PathElement::new(vec![(4, y), (22, y)], e.color.stroke_width(2)))?;
         }
-        area.draw(&Text::new(name.clone(), (28, y - 7), ("sans-serif", 13)))?;
+        area.draw(&Text::new(e.name.clone(), (28, y - 7), ("sans-serif", 13)))?;
     }
     Ok(())
 }
 
 /// A line chart over a logarithmic x axis (clients, tunnels or flows).
-fn line_chart(file: &Path, title: &str, y_label: &str, lines: &BTreeMap<String, Vec<(f64, f64)>>) -> Result<()> {
+fn line_chart(file: &Path, title: &str, y_label: &str, lines: &Lines) -> Result<()> {
     line_chart_x(file, title, "clients", y_label, lines)
 }
 
-fn line_chart_x(
-    file: &Path,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    lines: &BTreeMap<String, Vec<(f64, f64)>>,
-) -> Result<()> {
+fn line_chart_x(file: &Path, title: &str, x_label: &str, y_label: &str, lines: &Lines) -> Result<()> {
     let root = SVGBackend::new(file, (720 + LEGEND_WIDTH, 420)).into_drawing_area();
     root.fill(&WHITE)?;
     let (plot, side) = root.split_horizontally(720);
@@ -207,7 +205,11 @@ fn line_chart_x(
         let color = series_color(i);
         chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?;
         chart.draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 3, color.filled())))?;
-        entries.push((name.clone(), color, false));
+        entries.push(LegendEntry {
+            name: name.clone(),
+            color,
+            bar: false,
+        });
     }
     legend(&side, &entries)?;
     root.present()?;
@@ -251,7 +253,11 @@ fn core_chart(file: &Path, title: &str, rows: &[(String, Vec<f64>)]) -> Result<(
             busy.get(c)
                 .map(|b| Rectangle::new([(x + 0.1, 0.0), (x + 0.9, b * 100.0)], color.filled()))
         }))?;
-        entries.push((format!("CPU {c}"), color, true));
+        entries.push(LegendEntry {
+            name: format!("CPU {c}"),
+            color,
+            bar: true,
+        });
     }
     legend(&side, &entries)?;
     root.present()?;

@@ -125,15 +125,30 @@ pub struct CpuShow {
     pub ordo_os: u64,
 }
 
-/// `NAME,k=v,k=v` into the name and the numbers by key.
-fn fields(v: &str) -> (String, HashMap<String, String>) {
-    let mut parts = v.split(',');
-    let name = parts.next().unwrap_or_default().to_string();
-    let kv = parts
-        .filter_map(|p| p.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    (name, kv)
+/// A `NAME,k=v,k=v` line of `ordo_get`: the name and the values by key.
+struct Fields {
+    name: String,
+    values: HashMap<String, String>,
+}
+
+impl Fields {
+    fn parse(v: &str) -> Fields {
+        let mut parts = v.split(',');
+        let name = parts.next().unwrap_or_default().to_string();
+        let values = (parts.filter_map(|p| p.split_once('=')))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Fields { name, values }
+    }
+
+    fn get(&self, key: &str) -> Option<u64> {
+        self.values.get(key).and_then(|x| x.parse().ok())
+    }
+
+    /// The number at `key`, 0 when missing.
+    fn n(&self, key: &str) -> u64 {
+        self.get(key).unwrap_or(0)
+    }
 }
 
 pub fn fetch(ifname: &str) -> Result<InterfaceShow> {
@@ -160,41 +175,38 @@ pub fn fetch(ifname: &str) -> Result<InterfaceShow> {
             ("ordo_model", _) => s.model = v.clone(),
             ("ordo_outer", _) => s.outer = v.clone(),
             ("ordo_stage", _) => {
-                let (name, f) = fields(&v);
-                let n = |k: &str| f.get(k).and_then(|x| x.parse().ok()).unwrap_or(0);
+                let f = Fields::parse(&v);
                 s.stages.push(StageShow {
-                    name,
-                    millicores: n("millicores"),
-                    pps: n("pps"),
-                    batches: n("batches"),
-                    wakeups: n("wakeups"),
-                    wasted: n("wasted"),
+                    millicores: f.n("millicores"),
+                    pps: f.n("pps"),
+                    batches: f.n("batches"),
+                    wakeups: f.n("wakeups"),
+                    wasted: f.n("wasted"),
+                    name: f.name,
                 });
             }
             ("ordo_thread", _) => {
-                let (name, f) = fields(&v);
-                let n = |k: &str| f.get(k).and_then(|x| x.parse().ok()).unwrap_or(0);
+                let f = Fields::parse(&v);
                 s.threads.push(ThreadShow {
-                    name,
-                    tid: n("tid"),
-                    cpu: f.get("cpu").and_then(|x| x.parse().ok()),
-                    ordo_millicores: n("ordo"),
-                    os_millicores: n("os"),
-                    waited_permille: n("waited"),
+                    tid: f.n("tid"),
+                    cpu: f.get("cpu"),
+                    ordo_millicores: f.n("ordo"),
+                    os_millicores: f.n("os"),
+                    waited_permille: f.n("waited"),
+                    name: f.name,
                 });
             }
             ("ordo_cpu", _) => {
-                let (cpu, f) = fields(&v);
-                let n = |k: &str| f.get(k).and_then(|x| x.parse().ok()).unwrap_or(0);
+                let f = Fields::parse(&v);
                 s.cpus.push(CpuShow {
-                    cpu: cpu.parse().unwrap_or(0),
-                    tasks: n("tasks"),
-                    irq: n("irq"),
-                    softirq: n("softirq"),
-                    steal: n("steal"),
-                    idle: n("idle"),
-                    ordo_clock: n("ordo_clock"),
-                    ordo_os: n("ordo_os"),
+                    cpu: f.name.parse().unwrap_or(0),
+                    tasks: f.n("tasks"),
+                    irq: f.n("irq"),
+                    softirq: f.n("softirq"),
+                    steal: f.n("steal"),
+                    idle: f.n("idle"),
+                    ordo_clock: f.n("ordo_clock"),
+                    ordo_os: f.n("ordo_os"),
                 });
             }
             ("ordo_warning", _) => s.warnings.push(v.clone()),

@@ -24,13 +24,13 @@ struct Seen {
 }
 
 /// One reading and the rates since the one before.
-struct Frame1 {
+struct Reading {
     show: InterfaceShow,
     /// Per peer key: received and sent bytes per second.
     rates: HashMap<String, (f64, f64)>,
 }
 
-fn read(ifname: &str, seen: &mut Option<Seen>) -> Result<Frame1> {
+fn read(ifname: &str, seen: &mut Option<Seen>) -> Result<Reading> {
     let show = show::fetch(ifname)?;
     let now = Instant::now();
     let mut rates = HashMap::new();
@@ -49,7 +49,7 @@ fn read(ifname: &str, seen: &mut Option<Seen>) -> Result<Frame1> {
             .map(|p| (p.public_key.clone(), (p.rx_bytes, p.tx_bytes)))
             .collect(),
     });
-    Ok(Frame1 { show, rates })
+    Ok(Reading { show, rates })
 }
 
 /// Runs the view on the terminal until the user leaves; `ifname`: the interface (the first
@@ -62,11 +62,11 @@ pub fn run(ifname: Option<String>) -> Result<()> {
     };
     let mut seen = None;
     // Read once before taking the terminal: a wrong name is said on a normal screen.
-    let mut frame = read(&ifname, &mut seen)?;
+    let mut reading = read(&ifname, &mut seen)?;
     let mut terminal = ratatui::init();
     let result = (|| -> Result<()> {
         loop {
-            terminal.draw(|f| draw(f, &frame))?;
+            terminal.draw(|f| draw(f, &reading))?;
             let deadline = Instant::now() + REFRESH;
             while let Some(left) = deadline.checked_duration_since(Instant::now()) {
                 if !event::poll(left)? {
@@ -80,7 +80,7 @@ pub fn run(ifname: Option<String>) -> Result<()> {
                     }
                 }
             }
-            frame = read(&ifname, &mut seen).with_context(|| format!("{ifname} is gone"))?;
+            reading = read(&ifname, &mut seen).with_context(|| format!("{ifname} is gone"))?;
         }
     })();
     ratatui::restore();
@@ -152,7 +152,7 @@ fn stage_rows(s: &InterfaceShow) -> Vec<[String; 5]> {
 }
 
 /// The rows of the peer table, busiest first.
-fn peer_rows(f: &Frame1) -> Vec<[String; 7]> {
+fn peer_rows(f: &Reading) -> Vec<[String; 7]> {
     let mut peers: Vec<_> = f.show.peers.iter().collect();
     peers.sort_by_key(|p| std::cmp::Reverse(p.placement.as_ref().map_or(0, |pl| pl.pps)));
     (peers.into_iter())
@@ -181,8 +181,8 @@ fn table<const N: usize>(title: &str, header: [&str; N], rows: Vec<[String; N]>,
         .block(Block::bordered().title(title.to_string()))
 }
 
-fn draw(f: &mut Frame, frame: &Frame1) {
-    let s = &frame.show;
+fn draw(f: &mut Frame, reading: &Reading) {
+    let s = &reading.show;
     let warnings: Vec<Line> = if s.warnings.is_empty() {
         vec![Line::from("none")]
     } else {
@@ -230,7 +230,7 @@ fn draw(f: &mut Frame, frame: &Frame1) {
         table(
             "Peers",
             ["peer", "received", "sent", "packets/s", "cores", "queue", "regime"],
-            peer_rows(frame),
+            peer_rows(reading),
             [13, 13, 13, 10, 6, 12, 12],
         ),
         peers,
@@ -288,7 +288,7 @@ mod tests {
             stage_rows(&s)[0],
             ["deliver inbound", "0.23", "400000", "100.0", "10%"].map(String::from)
         );
-        let f = Frame1 {
+        let f = Reading {
             rates: HashMap::from([(s.peers[0].public_key.clone(), (125_000_000.0, 1_000.0))]),
             show: s,
         };

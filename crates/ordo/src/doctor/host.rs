@@ -225,8 +225,8 @@ fn parse_net_rx(text: &str) -> HashMap<usize, u64> {
         .unwrap_or_default()
 }
 
-/// Whether the running kernel was built with `option` (/boot/config-RELEASE or
-/// /proc/config.gz is not read: it needs a decompressor); None when the config is not there.
+/// Whether the running kernel was built with `option`, from /boot/config-RELEASE (not
+/// /proc/config.gz, which needs a decompressor); None when that file is not there.
 fn kernel_config(option: &str) -> Option<bool> {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
     let config = std::fs::read_to_string(format!("/boot/config-{}", release.trim())).ok()?;

@@ -13,14 +13,15 @@ pub const INVERSION_MIN_RATE: f64 = 2_000.0;
 pub const INVERSION_DELIVERY_WAIT: f64 = 0.05;
 /// ...while the decryption it depends on waits at least this share: delivery preempts
 /// decryption, as kernel WireGuard's softirq GRO stage does its decryption workqueue
-/// (papers/000). Measured here: at SCHED_FIFO the delivery thread waited 0.1% and the workers
-/// 61%; at equal priority 46% and 38%.
+/// (papers/000). Read by hand in `ordo show --json` (threads' `waited_permille`) during the
+/// `detectors` test's four-flow run: at SCHED_FIFO the delivery thread waited 0.1% and the
+/// workers 61%; at equal priority 46% and 38%.
 pub const INVERSION_DECRYPT_WAIT: f64 = 0.25;
 /// Delivery wakes more often than decryption finishes batches: packets per delivery wake-up
 /// below this share of packets per decryption batch (the papers' "batches collapse").
 pub const INVERSION_BATCH_SHARE: f64 = 0.5;
 /// The share of delivery wake-ups that found nothing, at or above which delivery runs ahead of
-/// decryption (at SCHED_FIFO: 8-14% here; at equal priority 3-5%).
+/// decryption (read by hand the same way: 8-14% at SCHED_FIFO, 3-5% at equal priority).
 pub const INVERSION_WASTED_SHARE: f64 = 0.25;
 
 /// The black hole is judged only with at least this many peers carrying traffic (one peer's

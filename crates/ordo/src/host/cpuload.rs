@@ -53,16 +53,21 @@ impl Sample {
                 let Some((ticks, cpu)) = stat.ok().and_then(|t| parse_task(&t)) else {
                     continue;
                 };
-                // schedstat: time on a CPU, time waiting on a run queue (ns), timeslices.
-                let wait_ns = std::fs::read_to_string(entry.path().join("schedstat"))
-                    .ok()
-                    .and_then(|t| t.split_whitespace().nth(1)?.parse().ok())
-                    .unwrap_or(0);
+                let wait_ns = run_delay_ns(&entry.path());
                 threads.insert(tid, Thread { ticks, cpu, wait_ns });
             }
         }
         Sample { cpus, threads }
     }
+}
+
+/// The time task directory `task` (/proc/PID/task/TID) waited, runnable, for a CPU, in ns:
+/// schedstat's second field (time on a CPU, time on a run queue, timeslices); 0 unread.
+pub(crate) fn run_delay_ns(task: &std::path::Path) -> u64 {
+    std::fs::read_to_string(task.join("schedstat"))
+        .ok()
+        .and_then(|t| t.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The figures between two samples `elapsed` apart. A thread's ticks count on the CPU it ran
@@ -158,24 +163,14 @@ fn parse_cpu_times(text: &str) -> HashMap<usize, CpuTimes> {
 
 /// `cpuN user nice system idle iowait irq softirq steal ...` lines: (busy, total) ticks.
 fn parse_stat(text: &str) -> HashMap<usize, (u64, u64)> {
-    text.lines()
-        .filter_map(|line| {
-            let mut f = line.split_whitespace();
-            let cpu = f.next()?.strip_prefix("cpu")?.parse().ok()?;
-            let v: Vec<u64> = f.take(8).map(|x| x.parse().unwrap_or(0)).collect();
-            if v.len() < 8 {
-                return None;
-            }
-            let idle = v[3] + v[4];
-            let busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
-            Some((cpu, (busy, busy + idle)))
-        })
+    (parse_cpu_times(text).into_iter())
+        .map(|(cpu, t)| (cpu, (t.total() - t.idle, t.total())))
         .collect()
 }
 
 /// /proc/PID/task/TID/stat: (utime + stime, processor). The command name, in parentheses, may
 /// hold spaces, so fields are counted after its closing parenthesis (field 3 is the first).
-fn parse_task(text: &str) -> Option<(u64, usize)> {
+pub(crate) fn parse_task(text: &str) -> Option<(u64, usize)> {
     let rest: Vec<&str> = text.get(text.rfind(')')? + 1..)?.split_whitespace().collect();
     let field = |n: usize| rest.get(n - 3).and_then(|x| x.parse::<u64>().ok());
     Some((field(14)? + field(15)?, field(39)? as usize))

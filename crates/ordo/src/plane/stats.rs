@@ -2,6 +2,7 @@
 //! time spent (our own clock); per thread, the same time beside the CPU time the OS reports
 //! for it, so the two can be compared (papers/001: kernel accounting can mislead).
 
+use crate::host::cpuload;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -87,18 +88,14 @@ impl ThreadStats {
     /// What the OS says of this thread, to set beside its own busy time; None once it has
     /// exited.
     pub fn os(&self) -> Option<OsThread> {
-        let stat = std::fs::read_to_string(format!("/proc/self/task/{}/stat", self.tid)).ok()?;
-        let (ticks, last_cpu) = parse_task_stat(&stat)?;
+        let task = std::path::PathBuf::from(format!("/proc/self/task/{}", self.tid));
+        let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+        let (ticks, last_cpu) = cpuload::parse_task(&stat)?;
         let (sleeps, preemptions) = os_context_switches(self.tid)?;
-        // schedstat: time on a CPU, time waiting on a run queue (ns), timeslices.
-        let waited_ns = std::fs::read_to_string(format!("/proc/self/task/{}/schedstat", self.tid))
-            .ok()
-            .and_then(|t| t.split_whitespace().nth(1)?.parse().ok())
-            .unwrap_or(0);
         Some(OsThread {
-            cpu: std::time::Duration::from_nanos(ticks * (1_000_000_000 / clock_ticks_per_second())),
+            cpu: std::time::Duration::from_nanos(ticks * (1_000_000_000 / cpuload::clock_ticks_per_second())),
             last_cpu,
-            waited: std::time::Duration::from_nanos(waited_ns),
+            waited: std::time::Duration::from_nanos(cpuload::run_delay_ns(&task)),
             sleeps,
             preemptions,
         })
@@ -183,7 +180,6 @@ impl Stats {
                 c.push((format!("stage_{n}_wasted_wakeups"), st.wasted_wakeups));
             }
         }
-        let tick_us = 1_000_000 / clock_ticks_per_second();
         for t in self.threads.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let key = format!("thread_{}_{}", t.name, t.tid);
             c.push((format!("{key}_busy_us"), t.busy_ns.load(Ordering::Relaxed) / 1000));
@@ -193,40 +189,14 @@ impl Stats {
                     c.push((format!("{key}_{}_packets", s.name()), n));
                 }
             }
-            if let Some(ticks) = os_thread_cpu_ticks(t.tid) {
-                c.push((format!("{key}_os_cpu_us"), ticks * tick_us));
-            }
-            if let Some((sleeps, preemptions)) = os_context_switches(t.tid) {
-                c.push((format!("{key}_os_sleeps"), sleeps));
-                c.push((format!("{key}_os_preemptions"), preemptions));
+            if let Some(os) = t.os() {
+                c.push((format!("{key}_os_cpu_us"), os.cpu.as_micros() as u64));
+                c.push((format!("{key}_os_sleeps"), os.sleeps));
+                c.push((format!("{key}_os_preemptions"), os.preemptions));
             }
         }
         c
     }
-}
-
-fn clock_ticks_per_second() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as u64
-    } else {
-        100
-    }
-}
-
-/// User plus system time the OS accounts to thread `tid` of this process, in clock ticks.
-fn os_thread_cpu_ticks(tid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-    parse_task_stat(&stat).map(|(ticks, _)| ticks)
-}
-
-/// A /proc/PID/task/TID/stat text: utime + stime (fields 14 and 15), and the CPU it last ran
-/// on (field 39). The name, in parentheses, may hold spaces: fields count after its end.
-fn parse_task_stat(stat: &str) -> Option<(u64, usize)> {
-    let rest: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
-    let field = |n: usize| rest.get(n - 3).and_then(|x| x.parse::<u64>().ok());
-    Some((field(14)? + field(15)?, field(39)? as usize))
 }
 
 /// How often the OS switched thread `tid` of this process out: because it waited for
