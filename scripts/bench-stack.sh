@@ -18,8 +18,11 @@
 # to A, their total and Jain's fairness index over the flows' bytes); loss (as stream, with
 # LOSS_PERMILLE of the tunnel's datagrams dropped both ways by an nftables rule in B: how
 # each TCP recovers). The request/response client and server are python3's, the same
-# through both paths. stream and loss also run the TUN path with the kernel's TCP on CUBIC
-# (tun-cubic), the stack's algorithm, beside the kernel's default (tun).
+# through both paths. A to B (the stack sends), stream and loss also run the TUN path with
+# the kernel's TCP on CUBIC (tun-cubic), the stack's algorithm, beside the kernel's default
+# (tun). B to A, B's kernel sends on both paths, with its namespace's default algorithm:
+# CC_B=ALGORITHM sets that (cubic, say, where the host's default is BBR), for how the
+# stack receives from a sender of that kind.
 #
 # PERF_DIR=DIR (with CPUS_A; needs perf) records `perf record -g` of host A's CPUs during each stream or
 # loss run, to DIR/PATH[-R].data (the last run of each path and direction is kept): where
@@ -64,7 +67,10 @@ Endpoint = $OUT_B:$PORT_B
 AllowedIPs = $IN_B/32
 EOF
     chmod 600 "$CONF"
+    # Two iperf3 servers: only one is ever told a congestion control (tun-cubic's -C), because an
+    # iperf3 server keeps the last one it was told for the tests after.
     ip netns exec "$NS_B" "${PIN_B[@]}" iperf3 -s -B "$IN_B" -p 5201 >/dev/null 2>&1 &
+    ip netns exec "$NS_B" "${PIN_B[@]}" iperf3 -s -B "$IN_B" -p 5202 >/dev/null 2>&1 &
     # An echo server for rr and connect: a thread per connection, each byte back.
     ip netns exec "$NS_B" "${PIN_B[@]}" python3 -c "
 import socket, socketserver
@@ -82,6 +88,7 @@ socketserver.ThreadingTCPServer(('$IN_B', 7007), Echo).serve_forever()
 " >/dev/null 2>&1 &
     for _ in $(seq 50); do
         ip netns exec "$NS_B" ss -ltn | grep ':5201 ' >/dev/null &&
+            ip netns exec "$NS_B" ss -ltn | grep ':5202 ' >/dev/null &&
             ip netns exec "$NS_B" ss -ltn | grep ':7007 ' >/dev/null && break
         sleep 0.1
     done
@@ -175,8 +182,9 @@ EOF
 run() {
     local path=$1 dir=$2 cmd out d0 d1 m0 m1 t0 t1
     cmd=(iperf3 -c "$IN_B" -p 5201 -t "$DURATION" -J $dir)
-    # iperf3 sets the sender's congestion control, the server's too with -R.
-    [[ $path == tun-cubic ]] && cmd+=(-C cubic)
+    # -C sets the client's algorithm before it connects. (With -R it would switch the
+    # server's after, and a socket that began on BBR keeps BBR's pacing: neither algorithm.)
+    [[ $path == tun-cubic ]] && cmd=(iperf3 -c "$IN_B" -p 5202 -t "$DURATION" -J $dir -C cubic)
     [[ $path == stack ]] && cmd=("$ORDO" run -c "$CONF" -- "${cmd[@]}")
     d0=$(daemon_ticks)
     read -r m0 t0 < <(machine_ticks)
@@ -218,6 +226,16 @@ stream | loss | rr | connect | fairness) ;;
     ;;
 esac
 setup
+if [[ -n ${CC_B:-} ]]; then
+    # A namespace may choose only among the host's allowed algorithms: CC_B is allowed for the
+    # moment of the choice, then the host's list is put back.
+    allowed=$(sysctl -n net.ipv4.tcp_allowed_congestion_control)
+    sysctl -q net.ipv4.tcp_allowed_congestion_control="$allowed $CC_B"
+    status=0
+    ip netns exec "$NS_B" sysctl -q net.ipv4.tcp_congestion_control="$CC_B" || status=$?
+    sysctl -q net.ipv4.tcp_allowed_congestion_control="$allowed"
+    ((status == 0)) || exit "$status"
+fi
 OUT="$WORK/iperf.json"
 if [[ $KIND == rr || $KIND == connect ]]; then
     unit=$([[ $KIND == rr ]] && echo "transactions/s" || echo "connections/s")
@@ -269,21 +287,22 @@ fi
 # The stack's TCP runs CUBIC; the kernel's, on the TUN path, its default (tun) and CUBIC
 # (tun-cubic): under random loss a loss-based algorithm and one that is not (BBR) differ more
 # than any two implementations of one.
-echo "The kernel's default congestion control: $(sysctl -n net.ipv4.tcp_congestion_control); the stack's: cubic."
-PATHS="stack tun tun-cubic"
+echo "The kernel's default congestion control: $(sysctl -n net.ipv4.tcp_congestion_control) (B to A: $(ip netns exec "$NS_B" sysctl -n net.ipv4.tcp_congestion_control)); the stack's: cubic."
+# paths DIR: the paths run that way.
+paths() { [[ -z $1 ]] && echo "stack tun tun-cubic" || echo "stack tun"; }
 echo "| path | direction | Gbit/s (median of $RUNS) | A's processes, cores per Gbit/s | machine, cores per Gbit/s | runs (Gbit/s) |"
 echo "|---|---|---|---|---|---|"
 declare -A RESULTS
 for dir in "" -R; do
     for r in $(seq "$RUNS"); do
-        for path in $PATHS; do
+        for path in $(paths "$dir"); do
             line=$(run "$path" "$dir")
             RESULTS["$path$dir"]+="$line;"
         done
     done
 done
 for dir in "" -R; do
-    for path in $PATHS; do
+    for path in $(paths "$dir"); do
         python3 - "$path" "${dir:-(A to B)}" "${RESULTS[$path$dir]}" <<'EOF'
 import statistics, sys
 path, direction, runs = sys.argv[1], sys.argv[2], [r.split() for r in sys.argv[3].split(";") if r]
