@@ -1201,6 +1201,20 @@ t_metrics() {
         "Warnings (1: the detector's condition holds)" "Threads: Ordo's clock beside the OS's charge" \
         "CPUs: the OS's time by kind and Ordo's threads there" "Where each peer runs" >"$LOGDIR/dashboard.txt" 2>&1 \
         || fail "$(cat "$LOGDIR/dashboard.txt")"
+    # And it loads as Grafana's schema reads it (grafana/schema-check), which must also
+    # refuse a panel with a field Grafana does not know.
+    local check="$LOGDIR/schema-check"
+    (cd "$ROOT/grafana/schema-check" && go build -o "$check" .) >"$LOGDIR/schema-check.txt" 2>&1 \
+        || fail "schema-check does not build: $(tail -5 "$LOGDIR/schema-check.txt")"
+    "$check" "$ROOT/grafana/ordo-dashboard.json" >>"$LOGDIR/schema-check.txt" 2>&1 \
+        || fail "$(tail -5 "$LOGDIR/schema-check.txt")"
+    python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d["panels"][0]["lineWidth"] = 1; json.dump(d, open(sys.argv[2], "w"))' \
+        "$ROOT/grafana/ordo-dashboard.json" "$LOGDIR/broken-dashboard.json"
+    if "$check" "$LOGDIR/broken-dashboard.json" >>"$LOGDIR/schema-check.txt" 2>&1; then
+        fail "schema-check took a panel with a field Grafana does not know"
+    fi
+    grep "unexpected field 'lineWidth'" "$LOGDIR/schema-check.txt" >/dev/null \
+        || fail "schema-check refused the broken dashboard for another reason: $(tail -3 "$LOGDIR/schema-check.txt")"
 }
 
 # The daemon's log: LOG_LEVEL as wireguard-go reads it; per-packet events at verbose, a few
