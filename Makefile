@@ -23,6 +23,7 @@ test: lint unit interop stack loadgen lab-short
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --locked -- -D warnings
+	@test -z "$$(gofmt -l grafana/schema-check)" || { gofmt -l grafana/schema-check; echo 'lint: gofmt'; exit 1; }
 	@# Under pipefail, `cmd | grep -q` fails at random: grep quits at the first match and a
 	@# writer that flushes per line (ip, ss) dies of SIGPIPE. Pipes end in `grep ... >/dev/null`.
 	@! grep -nE '\| *(grep -[a-zA-Z]*q|head)' tests/*.sh tests/interop/*.sh tests/stack/*.sh lab/*.sh scripts/*.sh .ci/run \
