@@ -310,8 +310,8 @@ g = [float(r[0]) for r in runs]
 a = [float(r[1]) / float(r[0]) for r in runs if float(r[0]) > 0]
 m = [float(r[2]) / float(r[0]) for r in runs if float(r[0]) > 0]
 direction = "A to B" if direction == "(A to B)" else "B to A"
-print(f"| {path} | {direction} | {statistics.median(g):.2f} | {statistics.median(a):.2f} | "
-      f"{statistics.median(m):.2f} | " + ", ".join(f"{x:.2f}" for x in g) + " |")
+print(f"| {path} | {direction} | {statistics.median(g):.2f} | {statistics.median(a):.3f} | "
+      f"{statistics.median(m):.3f} | " + ", ".join(f"{x:.2f}" for x in g) + " |")
 EOF
     done
 done
