@@ -10,9 +10,9 @@ pub fn examine(ctx: &Context) -> Vec<Finding> {
     vec![
         conntrack(ctx),
         socket_buffers(ctx),
-        governor(),
-        smt(),
-        wireguard_module(),
+        governor(ctx),
+        smt(ctx),
+        wireguard_module(ctx),
         softirq_accounting(),
     ]
 }
@@ -24,7 +24,7 @@ fn conntrack(ctx: &Context) -> Finding {
     let Some(port) = ctx.port() else {
         return Finding::unknown(check, "the listen port is unknown (ordo doctor IFNAME)");
     };
-    let Ok(table) = std::fs::read_to_string("/proc/net/nf_conntrack") else {
+    let Some(table) = ctx.files.read("/proc/net/nf_conntrack") else {
         return Finding::ok(
             check,
             "no conntrack in this network namespace (/proc/net/nf_conntrack absent)",
@@ -59,8 +59,8 @@ fn socket_buffers(ctx: &Context) -> Finding {
     let check = "socket buffers";
     let limits = format!(
         "net.core.rmem_max {}, wmem_max {}",
-        super::sysfs_number("/proc/sys/net/core/rmem_max").unwrap_or(-1),
-        super::sysfs_number("/proc/sys/net/core/wmem_max").unwrap_or(-1)
+        ctx.files.number("/proc/sys/net/core/rmem_max").unwrap_or(-1),
+        ctx.files.number("/proc/sys/net/core/wmem_max").unwrap_or(-1)
     );
     let Some(s) = &ctx.interface else {
         return Finding::unknown(check, format!("{limits}; Ordo's drops unknown (ordo doctor IFNAME)"));
@@ -87,15 +87,15 @@ fn socket_buffers(ctx: &Context) -> Finding {
 
 /// A governor other than `performance` lowers the clock between bursts; the first packets of
 /// each burst run slow.
-fn governor() -> Finding {
+fn governor(ctx: &Context) -> Finding {
     let check = "CPU frequency governor";
     let mut governors: HashMap<String, Vec<usize>> = HashMap::new();
     for cpu in 0..1024 {
         let path = format!("/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor");
-        match std::fs::read_to_string(&path) {
-            Ok(g) => governors.entry(g.trim().to_string()).or_default().push(cpu),
-            Err(_) if cpu > 0 && !std::path::Path::new(&format!("/sys/devices/system/cpu/cpu{cpu}")).exists() => break,
-            Err(_) => {}
+        match ctx.files.read(&path) {
+            Some(g) => governors.entry(g.trim().to_string()).or_default().push(cpu),
+            None if cpu > 0 && !ctx.files.exists(&format!("/sys/devices/system/cpu/cpu{cpu}")) => break,
+            None => {}
         }
     }
     if governors.is_empty() {
@@ -118,9 +118,9 @@ fn governor() -> Finding {
 }
 
 /// Two queues on the two threads of one core share its execution units.
-fn smt() -> Finding {
+fn smt(ctx: &Context) -> Finding {
     let check = "simultaneous multithreading (SMT)";
-    match super::sysfs_number("/sys/devices/system/cpu/smt/active") {
+    match ctx.files.number("/sys/devices/system/cpu/smt/active") {
         Some(1) => Finding::flag(
             Severity::Advice,
             check,
@@ -136,9 +136,9 @@ fn smt() -> Finding {
 
 /// wg-quick uses the kernel's WireGuard whenever `ip link add type wireguard` succeeds, and
 /// only falls back to WG_QUICK_USERSPACE_IMPLEMENTATION when it does not.
-fn wireguard_module() -> Finding {
+fn wireguard_module(ctx: &Context) -> Finding {
     let check = "the kernel's WireGuard module";
-    if std::path::Path::new("/sys/module/wireguard").exists() {
+    if ctx.files.exists("/sys/module/wireguard") {
         return Finding::flag(
             Severity::Problem,
             check,
@@ -236,6 +236,43 @@ fn kernel_config(option: &str) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::doctor::FakeRoot;
+
+    /// The governor, SMT and the WireGuard module, which no namespace can change: each named
+    /// with its fix when injected under a stand-in root, and quiet once set right.
+    #[test]
+    fn host_settings_a_namespace_cannot_change_are_judged_from_an_injected_root() {
+        let root = FakeRoot::new("host");
+        root.write("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", "powersave\n");
+        root.write("/sys/devices/system/cpu/cpu1/cpufreq/scaling_governor", "performance\n");
+        root.write("/sys/devices/system/cpu/smt/active", "1\n");
+        root.mkdir("/sys/module/wireguard");
+        let ctx = Context {
+            files: root.files(),
+            ..Default::default()
+        };
+        let g = governor(&ctx);
+        assert_eq!(g.severity, Severity::Advice, "{g:?}");
+        assert_eq!(g.read, "powersave on CPUs 0");
+        assert_eq!(g.fix.as_deref(), Some("cpupower frequency-set -g performance"));
+        let s = smt(&ctx);
+        assert_eq!(s.severity, Severity::Advice, "{s:?}");
+        assert!(s.fix.unwrap().contains("--cores"));
+        let w = wireguard_module(&ctx);
+        assert_eq!(w.severity, Severity::Problem, "{w:?}");
+        assert!(w.fix.unwrap().starts_with("modprobe -r wireguard"));
+
+        root.write("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", "performance\n");
+        root.write("/sys/devices/system/cpu/smt/active", "0\n");
+        root.remove("/sys/module/wireguard");
+        for f in [governor(&ctx), smt(&ctx), wireguard_module(&ctx)] {
+            assert_eq!(f.severity, Severity::Ok, "{f:?}");
+        }
+        // Neither cpufreq nor SMT offered (a virtual machine): nothing to judge.
+        root.remove("/sys/devices/system/cpu");
+        assert_eq!(governor(&ctx).read, "no cpufreq (a virtual machine, or a fixed clock)");
+        assert_eq!(smt(&ctx).read, "not offered by this CPU");
+    }
 
     #[test]
     fn net_rx_softirqs_per_cpu() {

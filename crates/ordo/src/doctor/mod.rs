@@ -10,9 +10,11 @@
 pub mod host;
 pub mod nic;
 
+use crate::host::topology::Topology;
 use crate::show::InterfaceShow;
 use serde::Serialize;
 use std::fmt::Write;
+use std::path::PathBuf;
 
 /// How much a finding matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -88,6 +90,53 @@ impl Finding {
     }
 }
 
+/// Where the checks read the kernel's settings under /proc and /sys: the root directory on a
+/// host; in a test, a directory standing in for it, with settings a veth in a namespace
+/// cannot have (a frequency governor, SMT, an interrupt's affinity, a NUMA node, the
+/// WireGuard module). The softirq measurement reads the live kernel either way.
+#[derive(Debug, Clone)]
+pub struct Files {
+    root: PathBuf,
+}
+
+impl Default for Files {
+    fn default() -> Files {
+        Files {
+            root: PathBuf::from("/"),
+        }
+    }
+}
+
+impl Files {
+    /// Files read under `root` instead of `/`.
+    pub fn at(root: impl Into<PathBuf>) -> Files {
+        Files { root: root.into() }
+    }
+
+    /// An absolute path as the checks name it (what they print), under the root.
+    pub fn path(&self, path: &str) -> PathBuf {
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    pub fn read(&self, path: &str) -> Option<String> {
+        std::fs::read_to_string(self.path(path)).ok()
+    }
+
+    /// A file holding one number, as sysfs's do.
+    pub fn number(&self, path: &str) -> Option<i64> {
+        self.read(path)?.trim().parse().ok()
+    }
+
+    pub fn exists(&self, path: &str) -> bool {
+        self.path(path).exists()
+    }
+
+    /// The NUMA nodes, from sysfs; one node of the allowed CPUs when it cannot be read.
+    pub fn topology(&self) -> Topology {
+        Topology::read(&self.path("/sys"))
+    }
+}
+
 /// What the checks know of the Ordo interface and the host.
 #[derive(Default)]
 pub struct Context {
@@ -99,6 +148,8 @@ pub struct Context {
     pub outers: Vec<String>,
     /// The CPUs of the interface's queues (from its peers' placement and counters).
     pub queue_cpus: Vec<usize>,
+    /// Where the kernel's settings are read.
+    pub files: Files,
 }
 
 impl Context {
@@ -106,7 +157,8 @@ impl Context {
     /// given, else those of the default routes.
     pub fn read(ifname: Option<&str>, outers: Vec<String>) -> anyhow::Result<Context> {
         let interface = ifname.map(crate::show::fetch).transpose()?;
-        let tunnel_mtu = ifname.and_then(|n| sysfs_number(&format!("/sys/class/net/{n}/mtu")).map(|m| m as u32));
+        let files = Files::default();
+        let tunnel_mtu = ifname.and_then(|n| files.number(&format!("/sys/class/net/{n}/mtu")).map(|m| m as u32));
         let outers = if outers.is_empty() {
             crate::outer::xdp::route::Routes::open()
                 .and_then(|r| r.outer_interfaces())
@@ -135,6 +187,7 @@ impl Context {
             tunnel_mtu,
             outers,
             queue_cpus,
+            files,
         })
     }
 
@@ -189,9 +242,48 @@ pub fn render(findings: &[Finding]) -> String {
     o
 }
 
-/// A number in a sysfs or procfs file.
-pub(crate) fn sysfs_number(path: &str) -> Option<i64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+/// A directory standing in for / in the checks' tests ([`Files::at`]), removed when dropped.
+#[cfg(test)]
+pub(crate) struct FakeRoot {
+    root: PathBuf,
+}
+
+#[cfg(test)]
+impl FakeRoot {
+    /// `name` tells tests apart, which run at once.
+    pub fn new(name: &str) -> FakeRoot {
+        let root = std::env::temp_dir().join(format!("ordo-doctor-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        FakeRoot { root }
+    }
+
+    /// Writes `path` (absolute, as on the host) under the root, with its directories.
+    pub fn write(&self, path: &str, text: &str) {
+        let p = self.files().path(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    pub fn mkdir(&self, path: &str) {
+        std::fs::create_dir_all(self.files().path(path)).unwrap();
+    }
+
+    pub fn remove(&self, path: &str) {
+        let p = self.files().path(path);
+        let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+    }
+
+    pub fn files(&self) -> Files {
+        Files::at(&self.root)
+    }
+}
+
+#[cfg(test)]
+impl Drop for FakeRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
 }
 
 #[cfg(test)]

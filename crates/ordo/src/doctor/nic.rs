@@ -2,14 +2,14 @@
 //! interrupts against Ordo's queue CPUs, threaded NAPI, the MTU against the tunnel's, the
 //! NIC's NUMA node against Ordo's CPUs.
 
-use super::{sysfs_number, Context, Finding, Severity};
+use super::{Context, Finding, Severity};
 use std::process::Command;
 
 pub fn examine(dev: &str, ctx: &Context) -> Vec<Finding> {
-    let mut f = offloads(dev);
+    let mut f = offloads(dev, ctx);
     f.push(steering(dev, ctx));
     f.push(interrupts(dev, ctx));
-    f.push(threaded_napi(dev));
+    f.push(threaded_napi(dev, ctx));
     f.push(mtu(dev, ctx));
     f.push(numa(dev, ctx));
     f
@@ -38,7 +38,7 @@ fn parse_features(text: &str) -> Vec<(String, bool)> {
 }
 
 /// GRO and GSO, which Ordo's batches rely on; TSO; UDP GRO for forwarded datagrams.
-fn offloads(dev: &str) -> Vec<Finding> {
+fn offloads(dev: &str, ctx: &Context) -> Vec<Finding> {
     let check = format!("offloads of {dev}");
     let features = match features(dev) {
         Ok(f) => f,
@@ -59,7 +59,7 @@ fn offloads(dev: &str) -> Vec<Finding> {
     };
     // A virtual link (veth) passes a sender's GSO batch whole, GRO or not: without GRO only
     // datagrams sent one by one stay unmerged. From a wire, GRO alone makes batches.
-    let virtual_link = !std::path::Path::new(&format!("/sys/class/net/{dev}/device")).exists();
+    let virtual_link = !ctx.files.exists(&format!("/sys/class/net/{dev}/device"));
     let (gro_severity, gro_why) = if virtual_link {
         (
             Severity::Advice,
@@ -100,7 +100,7 @@ fn offloads(dev: &str) -> Vec<Finding> {
 /// steering does its own: a cross-CPU hop per datagram.
 fn steering(dev: &str, ctx: &Context) -> Finding {
     let check = format!("receive steering (RPS) of {dev}");
-    let Ok(dir) = std::fs::read_dir(format!("/sys/class/net/{dev}/queues")) else {
+    let Ok(dir) = std::fs::read_dir(ctx.files.path(&format!("/sys/class/net/{dev}/queues"))) else {
         return Finding::unknown(check, format!("no /sys/class/net/{dev}/queues"));
     };
     let mut on = Vec::new();
@@ -143,7 +143,7 @@ fn steering(dev: &str, ctx: &Context) -> Finding {
 /// where the interrupt lands.
 fn interrupts(dev: &str, ctx: &Context) -> Finding {
     let check = format!("interrupts of {dev}");
-    let text = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
+    let text = ctx.files.read("/proc/interrupts").unwrap_or_default();
     let irqs: Vec<u32> = (text.lines())
         .filter(|l| {
             l.split_whitespace()
@@ -159,7 +159,7 @@ fn interrupts(dev: &str, ctx: &Context) -> Finding {
     }
     let mut cpus = Vec::new();
     for irq in &irqs {
-        let list = std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list")).unwrap_or_default();
+        let list = (ctx.files.read(&format!("/proc/irq/{irq}/smp_affinity_list"))).unwrap_or_default();
         cpus.extend(crate::host::topology::parse_cpu_list(&list).unwrap_or_default());
     }
     cpus.sort_unstable();
@@ -197,10 +197,10 @@ fn interrupts(dev: &str, ctx: &Context) -> Finding {
 
 /// Threaded NAPI lets the scheduler place each interface's poll; softirq polls of many
 /// interfaces converge on one core (papers/003, the black hole).
-fn threaded_napi(dev: &str) -> Finding {
+fn threaded_napi(dev: &str, ctx: &Context) -> Finding {
     let check = format!("threaded NAPI of {dev}");
     let path = format!("/sys/class/net/{dev}/threaded");
-    match sysfs_number(&path) {
+    match ctx.files.number(&path) {
         Some(0) => Finding::flag(
             Severity::Advice,
             check,
@@ -218,7 +218,7 @@ fn threaded_napi(dev: &str) -> Finding {
 /// 32 bytes, UDP's 8 and IP's 20 (IPv4) or 40 (IPv6).
 fn mtu(dev: &str, ctx: &Context) -> Finding {
     let check = format!("MTU of {dev} against the tunnel's");
-    let Some(link) = sysfs_number(&format!("/sys/class/net/{dev}/mtu")).map(|m| m as u32) else {
+    let Some(link) = ctx.files.number(&format!("/sys/class/net/{dev}/mtu")).map(|m| m as u32) else {
         return Finding::unknown(check, format!("no /sys/class/net/{dev}/mtu"));
     };
     let Some(tunnel) = ctx.tunnel_mtu else {
@@ -255,12 +255,12 @@ fn mtu(dev: &str, ctx: &Context) -> Finding {
 fn numa(dev: &str, ctx: &Context) -> Finding {
     let check = format!("NUMA node of {dev}");
     let path = format!("/sys/class/net/{dev}/device/numa_node");
-    let node = match sysfs_number(&path) {
+    let node = match ctx.files.number(&path) {
         None => return Finding::ok(check, "no device node (a virtual interface)"),
         Some(n) if n < 0 => return Finding::ok(check, format!("{path}: {n} (one node, or not known to the kernel)")),
         Some(n) => n as usize,
     };
-    let topology = crate::host::topology::Topology::detect();
+    let topology = ctx.files.topology();
     let away: Vec<usize> = ctx
         .queue_cpus
         .iter()
@@ -288,6 +288,49 @@ fn numa(dev: &str, ctx: &Context) -> Finding {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::doctor::FakeRoot;
+
+    /// A NIC's interrupts and NUMA node, which a veth has not: judged against the queues' CPUs
+    /// from an injected /proc and /sys (two nodes: CPUs 0 and 2, and 1 and 3).
+    #[test]
+    fn a_nics_interrupts_and_numa_node_are_judged_against_the_queue_cpus() {
+        let root = FakeRoot::new("nic");
+        root.write(
+            "/proc/interrupts",
+            "           CPU0       CPU1\n 35:   10   20  PCI-MSI 524288-edge      eth9-TxRx-0\n              36:    1    2  PCI-MSI 524289-edge      eth9-TxRx-1\n 40:    0    0  PCI-MSI 1-edge      nvme0q1\n",
+        );
+        root.write("/proc/irq/35/smp_affinity_list", "1\n");
+        root.write("/proc/irq/36/smp_affinity_list", "0\n");
+        root.write("/sys/devices/system/node/node0/cpulist", "0,2\n");
+        root.write("/sys/devices/system/node/node1/cpulist", "1,3\n");
+        root.write("/sys/class/net/eth9/device/numa_node", "1\n");
+        let mut ctx = Context {
+            files: root.files(),
+            queue_cpus: vec![0],
+            ..Default::default()
+        };
+        let i = interrupts("eth9", &ctx);
+        assert_eq!(i.severity, Severity::Advice, "{i:?}");
+        assert_eq!(i.read, "IRQs [35, 36] on CPUs 0-1");
+        assert!(
+            i.why.starts_with("interrupts on CPUs 1 where no Ordo queue runs"),
+            "{i:?}"
+        );
+        assert!(i
+            .fix
+            .unwrap()
+            .starts_with("for i in 35 36; do echo 0 > /proc/irq/$i/smp_affinity_list"));
+        let n = numa("eth9", &ctx);
+        assert_eq!(n.severity, Severity::Problem, "{n:?}");
+        assert_eq!(n.read, "eth9 on node 1; Ordo's queue CPUs 0 on another");
+
+        // The queues moved to the NIC's node, its interrupts with them.
+        root.write("/proc/irq/36/smp_affinity_list", "1\n");
+        ctx.queue_cpus = vec![1, 3];
+        for f in [interrupts("eth9", &ctx), numa("eth9", &ctx)] {
+            assert_eq!(f.severity, Severity::Ok, "{f:?}");
+        }
+    }
 
     #[test]
     fn ethtool_features_parse_with_their_fixed_marks() {

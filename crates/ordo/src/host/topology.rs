@@ -99,7 +99,12 @@ impl Topology {
 
     /// The machine's own topology; one node of the allowed CPUs if sysfs cannot be read.
     pub fn detect() -> Topology {
-        Topology::from_sysfs(Path::new("/sys")).unwrap_or_else(|_| Topology {
+        Topology::read(Path::new("/sys"))
+    }
+
+    /// The topology under `sys`; one node of the allowed CPUs if it cannot be read.
+    pub fn read(sys: &Path) -> Topology {
+        Topology::from_sysfs(sys).unwrap_or_else(|_| Topology {
             nodes: vec![(0, allowed_cpus())],
         })
     }
