@@ -4,11 +4,12 @@
 use super::Device;
 use crate::placement::model::Model;
 use ipnet::IpNet;
+use ordo_proto::interface::{Interface, Stats};
 use ordo_proto::{PeerId, PublicKey};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 /// A peer as `wg show` shows it, without its preshared key.
 pub struct PeerReport {
@@ -58,36 +59,82 @@ impl Regime {
     }
 }
 
+/// The device as a scrape reports it: what it needs from the core, copied under one hold of
+/// the core's lock.
+pub struct DeviceReport {
+    pub public_key: Option<PublicKey>,
+    pub peers: Vec<PeerReport>,
+    pub stats: Stats,
+    pub under_load: bool,
+    pub mtu: usize,
+}
+
+/// The peers as the core holds them, before their placement is read.
+struct CorePeers {
+    peers: Vec<(PeerId, u32, PeerReport)>,
+    prefixes: Vec<(IpNet, PeerId)>,
+}
+
+impl CorePeers {
+    fn copy(core: &Interface) -> CorePeers {
+        let prefixes: Vec<(IpNet, PeerId)> = core.allowed_ips().entries().collect();
+        let peers: Vec<_> = (core.peers())
+            .map(|(id, p)| {
+                let report = PeerReport {
+                    public_key: p.public_key,
+                    endpoint: p.endpoint,
+                    allowed_ips: Vec::new(),
+                    last_handshake: p.last_handshake,
+                    rx_bytes: p.rx_bytes,
+                    tx_bytes: p.tx_bytes,
+                    placement: Placement {
+                        queue: 0,
+                        cpus: Vec::new(),
+                        node: 0,
+                        regime: Regime::Inline,
+                        pps: 0.0,
+                        cores: 0.0,
+                    },
+                };
+                (id, p.queue, report)
+            })
+            .collect();
+        CorePeers { peers, prefixes }
+    }
+}
+
 impl Device {
     /// Every peer, in the core's order. The core's lock, which forwarding needs too, is held
     /// only to copy the peers and the allowed IPs out.
     pub fn peer_reports(&self) -> Vec<PeerReport> {
-        let (peers, prefixes) = {
+        let copied = CorePeers::copy(&self.core());
+        self.placed(copied)
+    }
+
+    /// The device's key, peers and figures, with one hold of the core's lock.
+    pub fn report(&self) -> DeviceReport {
+        let (copied, public_key, stats, under_load, mtu) = {
             let core = self.core();
-            let prefixes: Vec<(IpNet, PeerId)> = core.allowed_ips().entries().collect();
-            let peers: Vec<_> = (core.peers())
-                .map(|(id, p)| {
-                    let report = PeerReport {
-                        public_key: p.public_key,
-                        endpoint: p.endpoint,
-                        allowed_ips: Vec::new(),
-                        last_handshake: p.last_handshake,
-                        rx_bytes: p.rx_bytes,
-                        tx_bytes: p.tx_bytes,
-                        placement: Placement {
-                            queue: 0,
-                            cpus: Vec::new(),
-                            node: 0,
-                            regime: Regime::Inline,
-                            pps: 0.0,
-                            cores: 0.0,
-                        },
-                    };
-                    (id, p.queue, report)
-                })
-                .collect();
-            (peers, prefixes)
+            (
+                CorePeers::copy(&core),
+                core.private_key().map(|k| k.public_key()),
+                core.stats.clone(),
+                core.under_load(Instant::now()),
+                core.mtu(),
+            )
         };
+        DeviceReport {
+            public_key,
+            peers: self.placed(copied),
+            stats,
+            under_load,
+            mtu,
+        }
+    }
+
+    /// The peers with their allowed IPs and where the plane runs them.
+    fn placed(&self, copied: CorePeers) -> Vec<PeerReport> {
+        let CorePeers { peers, prefixes } = copied;
         let mut allowed: HashMap<PeerId, Vec<IpNet>> = HashMap::new();
         for (net, id) in prefixes {
             allowed.entry(id).or_default().push(net);

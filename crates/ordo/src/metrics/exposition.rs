@@ -2,6 +2,7 @@
 //! device reports (nothing is kept between scrapes), in the Prometheus text format, which
 //! Prometheus and `promtool check metrics` read alike.
 
+use crate::device::report::DeviceReport;
 use crate::device::Device;
 use crate::port::CounterKind;
 use ordo_proto::DropReason;
@@ -69,8 +70,9 @@ impl Family {
 /// The scrape's body.
 pub fn render(device: &Device) -> String {
     let mut families = Vec::new();
-    peers(&mut families, device);
-    plane(&mut families, device);
+    let report = device.report();
+    peers(&mut families, device, &report);
+    plane(&mut families, device, &report);
     threads(&mut families, device);
     health(&mut families, device);
     let families: Vec<MetricFamily> = (families.into_iter())
@@ -86,10 +88,8 @@ pub fn render(device: &Device) -> String {
 
 /// The device and its peers, as the WireGuard exporter names them (the device's name only on
 /// the info families, as there), with where Ordo runs each peer.
-fn peers(out: &mut Vec<Family>, device: &Device) {
-    let public_key = (device.core().private_key())
-        .map(|k| k.public_key().to_base64())
-        .unwrap_or_default();
+fn peers(out: &mut Vec<Family>, device: &Device, report: &DeviceReport) {
+    let public_key = report.public_key.map(|k| k.to_base64()).unwrap_or_default();
     let mut device_info = Family::gauge("wireguard_device_info", "Metadata about a device.");
     device_info.add(&[("device", &device.name), ("public_key", &public_key)], 1.0);
     out.push(device_info);
@@ -121,7 +121,7 @@ fn peers(out: &mut Vec<Family>, device: &Device) {
         "ordo_peer_crypto_cores",
         "Cores a peer's crypto took over the last placement interval.",
     );
-    for p in device.peer_reports() {
+    for p in &report.peers {
         let key = p.public_key.to_base64();
         let key = key.as_str();
         let endpoint = p.endpoint.map(|e| e.to_string()).unwrap_or_default();
@@ -158,7 +158,7 @@ fn peers(out: &mut Vec<Family>, device: &Device) {
 
 /// The interface as a whole: its paths and offloads, drops by reason (Ordo's and the
 /// kernel's), handshakes, placement.
-fn plane(out: &mut Vec<Family>, device: &Device) {
+fn plane(out: &mut Vec<Family>, device: &Device, report: &DeviceReport) {
     let mut info = Family::gauge("ordo_info", "The interface's execution model and outer path.");
     info.add(
         &[
@@ -169,14 +169,9 @@ fn plane(out: &mut Vec<Family>, device: &Device) {
         1.0,
     );
     out.push(info);
-    let (stats, under_load, mtu) = {
-        let core = device.core();
-        (
-            core.stats.clone(),
-            core.under_load(std::time::Instant::now()),
-            core.mtu(),
-        )
-    };
+    let DeviceReport {
+        stats, under_load, mtu, ..
+    } = report;
     let mut drops = Family::counter(
         "ordo_drops_total",
         "Packets dropped, by reason and by who counted them: Ordo, or the kernel before Ordo saw them (a full socket buffer or ring).",
@@ -233,9 +228,9 @@ fn plane(out: &mut Vec<Family>, device: &Device) {
         (
             "ordo_under_load",
             "Whether handshakes are answered with cookies (1) or not (0).",
-            under_load as u64 as f64,
+            *under_load as u64 as f64,
         ),
-        ("ordo_mtu_bytes", "The tunnel's MTU.", mtu as f64),
+        ("ordo_mtu_bytes", "The tunnel's MTU.", *mtu as f64),
         ("ordo_crypto_workers", "Crypto worker threads.", device.workers() as f64),
         (
             "ordo_uptime_seconds",
