@@ -78,6 +78,8 @@ pub struct InterfaceShow {
     /// The outer path: `udp`, or `xdp on` its interfaces with their modes.
     pub outer: String,
     pub peers: Vec<PeerShow>,
+    /// The queue threads' CPUs (models with queues).
+    pub queues: Vec<QueueShow>,
     /// Ordo's counters: drops by reason and handshake figures.
     pub counters: BTreeMap<String, u64>,
     /// The last second's figures (`crate::health`): per stage, thread and CPU.
@@ -86,6 +88,15 @@ pub struct InterfaceShow {
     pub cpus: Vec<CpuShow>,
     /// The detectors' findings over the last second, `DETECTOR: TEXT`.
     pub warnings: Vec<String>,
+}
+
+/// A queue thread and the CPU it is placed on.
+#[derive(Serialize, Default, Debug, Clone, PartialEq)]
+pub struct QueueShow {
+    pub queue: u64,
+    pub cpu: u64,
+    /// Let off its CPU while other work contends for it (it then runs where the OS puts it).
+    pub released: bool,
 }
 
 /// A stage over the last second.
@@ -210,6 +221,14 @@ pub fn fetch(ifname: &str) -> Result<InterfaceShow> {
                 });
             }
             ("ordo_warning", _) => s.warnings.push(v.clone()),
+            ("ordo_queue", _) => {
+                let f = Fields::parse(&v);
+                s.queues.push(QueueShow {
+                    queue: f.name.parse().unwrap_or(0),
+                    cpu: f.n("cpu"),
+                    released: f.n("released") == 1,
+                });
+            }
             ("ordo_peer", _) => {
                 if let Some((hex, placement)) = parse_placement(&v) {
                     let key = PublicKey::from_hex(&hex).map(|k| k.to_base64()).unwrap_or(hex);

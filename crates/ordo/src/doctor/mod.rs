@@ -167,19 +167,18 @@ impl Context {
         } else {
             outers
         };
+        // The queues' CPUs, peers or not, and those the peers run on (the pool models'
+        // workers, for instance).
         let mut queue_cpus: Vec<usize> = (interface.iter())
-            .flat_map(|s| s.peers.iter())
-            .filter_map(|p| p.placement.as_ref())
-            .flat_map(|p| crate::host::topology::parse_cpu_list(&p.cpu).unwrap_or_default())
+            .flat_map(|s| s.queues.iter())
+            .map(|q| q.cpu as usize)
             .collect();
-        // The queues' CPUs from the counters' names (queueQ_cpuC_...), peers or not.
-        for k in interface.iter().flat_map(|s| s.counters.keys()) {
-            if let Some(c) = k.strip_prefix("queue").and_then(|r| r.split_once("_cpu")) {
-                if let Some(cpu) = c.1.split('_').next().and_then(|x| x.parse().ok()) {
-                    queue_cpus.push(cpu);
-                }
-            }
-        }
+        queue_cpus.extend(
+            (interface.iter())
+                .flat_map(|s| s.peers.iter())
+                .filter_map(|p| p.placement.as_ref())
+                .flat_map(|p| crate::host::topology::parse_cpu_list(&p.cpu).unwrap_or_default()),
+        );
         queue_cpus.sort_unstable();
         queue_cpus.dedup();
         Ok(Context {

@@ -387,11 +387,24 @@ pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
     c
 }
 
-/// Where each peer runs, as `ordo show` prints it: the model, then one line per peer,
+/// Where each queue and peer runs, as `ordo show` prints it: the model, then one line per
+/// queue thread, `ordo_queue=Q,cpu=C,released=0|1` (released: let off its CPU under
+/// contention, `placement::affinity`), and one per peer,
 /// `ordo_peer=KEY,queue=Q,cpu=C,node=N,regime=R,pps=P,millicores=M`.
 pub fn placement_lines(device: &Device) -> String {
     use std::fmt::Write;
     let mut s = format!("ordo_model={}\nordo_outer={}\n", device.model(), device.outer_path());
+    let plan = &device.plane.plan;
+    if plan.model.has_queues() {
+        for (q, a) in device.plane.queue_affinity().iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "ordo_queue={q},cpu={},released={}",
+                plan.queues[q],
+                a.is_released() as u8
+            );
+        }
+    }
     for peer in device.peer_reports() {
         let p = &peer.placement;
         let _ = writeln!(
