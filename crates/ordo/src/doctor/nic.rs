@@ -46,6 +46,17 @@ fn offloads(dev: &str, ctx: &Context) -> Vec<Finding> {
     };
     let on = |name: &str| features.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
     let mut out = Vec::new();
+    // A virtual link (veth) passes a sender's GSO batch whole, GRO or not; turning GRO on
+    // there changed neither throughput nor CPU, with a peer sending batches or one by one
+    // (docs/benchmarks-log.md, "GRO on a veth"). From a wire, GRO alone makes batches.
+    let virtual_link = !ctx.files.exists(&format!("/sys/class/net/{dev}/device"));
+    let gro_moot = virtual_link && on("generic-receive-offload") == Some(false);
+    if gro_moot {
+        out.push(Finding::ok(
+            format!("generic-receive-offload of {dev}"),
+            "off, on a virtual link: a peer's GSO batches cross it whole",
+        ));
+    }
     let mut off = |feature: &str, short: &str, severity, why: &str| match on(feature) {
         Some(false) => out.push(Finding::flag(
             severity,
@@ -57,23 +68,15 @@ fn offloads(dev: &str, ctx: &Context) -> Vec<Finding> {
         Some(true) => out.push(Finding::ok(format!("{feature} of {dev}"), "on")),
         None => out.push(Finding::unknown(format!("{feature} of {dev}"), "not listed by ethtool")),
     };
-    // A virtual link (veth) passes a sender's GSO batch whole, GRO or not: without GRO only
-    // datagrams sent one by one stay unmerged. From a wire, GRO alone makes batches.
-    let virtual_link = !ctx.files.exists(&format!("/sys/class/net/{dev}/device"));
-    let (gro_severity, gro_why) = if virtual_link {
-        (
-            Severity::Advice,
-            "datagrams a peer sends one by one reach Ordo's socket one per read instead of merged into \
-             batches (a peer's GSO batch crosses this virtual link whole)",
-        )
-    } else {
-        (
+    if !gro_moot {
+        off(
+            "generic-receive-offload",
+            "gro",
             Severity::Problem,
             "without GRO the kernel hands Ordo's socket one datagram per read instead of a batch (UDP GRO \
              needs it), several times the receive cost",
-        )
-    };
-    off("generic-receive-offload", "gro", gro_severity, gro_why);
+        );
+    }
     off(
         "generic-segmentation-offload",
         "gso",
