@@ -62,9 +62,9 @@ fn bind_in_stack(
         host,
         ..TunnelSocket::new(inode.unwrap_or(0), family, reply.local.or(Some(local)), None)
     };
-    if inode.is_some() {
+    if let Some(inode) = inode {
         sockets::remember(entry);
-        sockets::mark_addressed(fd);
+        sockets::mark_addressed(fd, inode, family);
     }
     Ok(entry)
 }
@@ -171,6 +171,9 @@ pub fn disconnect(fd: c_int, t: &TunnelSocket) -> c_int {
     0
 }
 
+/// The caller's iovecs [`recv`] takes without allocating.
+const FEW_IOVECS: usize = 15;
+
 /// Receives one datagram on the unconnected tunnel socket `fd` into `iov`: its source, in
 /// the socket's `family`, into `name` (if not null; `*name_len` its room, then its length)
 /// and the receive flags into `msg_flags`. Returns what recvmsg(2) would: the payload's
@@ -191,15 +194,28 @@ pub unsafe fn recv(
     msg_flags: *mut c_int,
 ) -> libc::ssize_t {
     let mut source = [0u8; SOURCE_LEN];
-    let mut parts = Vec::with_capacity(iovlen + 1);
-    parts.push(libc::iovec {
+    let head = libc::iovec {
         iov_base: source.as_mut_ptr().cast(),
         iov_len: source.len(),
-    });
-    if !iov.is_null() {
+    };
+    let caller: &[libc::iovec] = if iov.is_null() {
+        &[]
+    } else {
         // SAFETY: the caller's `iovlen` iovecs.
-        parts.extend_from_slice(unsafe { std::slice::from_raw_parts(iov, iovlen) });
-    }
+        unsafe { std::slice::from_raw_parts(iov, iovlen) }
+    };
+    // The source's iovec, then the caller's: on the stack for a few (no allocation, which a
+    // signal handler's read must not do), on the heap beyond.
+    let mut few = [head; FEW_IOVECS + 1];
+    let mut many = Vec::new();
+    let parts: &mut [libc::iovec] = if caller.len() <= FEW_IOVECS {
+        few[1..=caller.len()].copy_from_slice(caller);
+        &mut few[..=caller.len()]
+    } else {
+        many.push(head);
+        many.extend_from_slice(caller);
+        &mut many
+    };
     // SAFETY: msghdr is plain data; all zeros is an empty message.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = parts.as_mut_ptr();
@@ -227,10 +243,72 @@ pub unsafe fn recv(
 }
 
 /// The unconnected tunnel socket `fd` is, if it is one (looked up only for descriptors
-/// that may be: [`sockets::maybe_addressed`]).
+/// that may be: [`sockets::addressed`]).
 pub fn addressed(fd: c_int) -> Option<TunnelSocket> {
-    if !sockets::maybe_addressed(fd) {
+    if matches!(sockets::addressed(fd), sockets::Addressed::No) {
         return None;
     }
     crate::tunnel_socket(fd).filter(|t| t.marker.is_some())
+}
+
+/// The family of the unconnected tunnel socket `fd`, if it is one: for the receive hooks,
+/// without the table's lock below [`sockets::addressed`]'s numbers.
+pub fn addressed_family(fd: c_int) -> Option<c_int> {
+    match sockets::addressed(fd) {
+        sockets::Addressed::No => None,
+        sockets::Addressed::Family(f) => Some(f),
+        sockets::Addressed::LookUp => crate::tunnel_socket(fd)
+            .filter(|t| t.marker.is_some())
+            .map(|t| t.family),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixDatagram;
+
+    /// A record read into the caller's buffers without its source, and the source reported:
+    /// into few buffers (on the stack) and into more than [`FEW_IOVECS`] (on the heap).
+    #[test]
+    fn a_record_is_received_into_few_or_many_buffers() {
+        let (program, service) = UnixDatagram::pair().unwrap();
+        let from: SocketAddr = "10.99.0.2:5353".parse().unwrap();
+        for buffers in [1, FEW_IOVECS, FEW_IOVECS + 5] {
+            let payload: Vec<u8> = (0..buffers as u8 * 3).collect();
+            let mut record = Source(from).encode().to_vec();
+            record.extend_from_slice(&payload);
+            service.send(&record).unwrap();
+            let mut into = vec![[0u8; 3]; buffers];
+            let iov: Vec<libc::iovec> = (into.iter_mut())
+                .map(|b| libc::iovec {
+                    iov_base: b.as_mut_ptr().cast(),
+                    iov_len: b.len(),
+                })
+                .collect();
+            // SAFETY: sockaddr_storage is plain data.
+            let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            let mut name_len = std::mem::size_of_val(&name) as socklen_t;
+            let mut msg_flags = 0;
+            // SAFETY: `iov` points at `into`'s buffers, `name` has `name_len` bytes.
+            let n = unsafe {
+                recv(
+                    program.as_raw_fd(),
+                    libc::AF_INET,
+                    iov.as_ptr(),
+                    iov.len(),
+                    0,
+                    (&mut name as *mut libc::sockaddr_storage).cast(),
+                    &mut name_len,
+                    &mut msg_flags,
+                )
+            };
+            assert_eq!(n, payload.len() as libc::ssize_t, "{buffers} buffers");
+            assert_eq!(into.concat(), payload);
+            // SAFETY: `name` holds `name_len` bytes the call wrote.
+            let got = unsafe { addr::read((&name as *const libc::sockaddr_storage).cast(), name_len) };
+            assert_eq!(got, Some(from));
+        }
+    }
 }

@@ -221,7 +221,7 @@ pub fn import() {
         crate::sockets::remember(entry);
         if entry.marker.is_some() {
             for fd in fds {
-                crate::sockets::mark_addressed(fd);
+                crate::sockets::mark_addressed(fd, entry.inode, entry.family);
             }
         }
     }

@@ -952,13 +952,13 @@ pub unsafe extern "C" fn recvfrom(
     addr: *mut sockaddr,
     addr_len: *mut socklen_t,
 ) -> libc::ssize_t {
-    if let Some(t) = datagram::addressed(fd) {
+    if let Some(family) = datagram::addressed_family(fd) {
         let iov = libc::iovec {
             iov_base: buf,
             iov_len: len,
         };
         // SAFETY: one iovec of the caller's buffer; the caller's address buffer.
-        return unsafe { datagram::recv(fd, t.family, &iov, 1, flags, addr, addr_len, std::ptr::null_mut()) };
+        return unsafe { datagram::recv(fd, family, &iov, 1, flags, addr, addr_len, std::ptr::null_mut()) };
     }
     // Only a caller asking where the datagram came from needs the look-up.
     let source = if addr.is_null() || addr_len.is_null() {
@@ -988,7 +988,7 @@ pub unsafe extern "C" fn recvfrom(
 /// As recvmsg(2).
 #[no_mangle]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> libc::ssize_t {
-    if let (Some(t), false) = (datagram::addressed(fd), msg.is_null()) {
+    if let (Some(family), false) = (datagram::addressed_family(fd), msg.is_null()) {
         // SAFETY: the caller's message header, as recvmsg(2) promises it.
         let m = unsafe { &mut *msg };
         // No control messages come with the stack's datagrams.
@@ -1002,7 +1002,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
         return unsafe {
             datagram::recv(
                 fd,
-                t.family,
+                family,
                 m.msg_iov,
                 m.msg_iovlen,
                 flags,
@@ -1045,7 +1045,7 @@ pub unsafe extern "C" fn recvmmsg(
     flags: c_int,
     timeout: *mut libc::timespec,
 ) -> c_int {
-    if let (Some(_), false) = (datagram::addressed(fd), msgs.is_null()) {
+    if let (Some(_), false) = (datagram::addressed_family(fd), msgs.is_null()) {
         // One record at a time: the first as the caller's flags say, the rest only those
         // already there (as MSG_WAITFORONE; the timeout is not applied).
         let mut got = 0;
@@ -1094,7 +1094,7 @@ pub unsafe extern "C" fn recvmmsg(
 /// As recv(2).
 #[no_mangle]
 pub unsafe extern "C" fn recv(fd: c_int, buf: *mut libc::c_void, len: libc::size_t, flags: c_int) -> libc::ssize_t {
-    if datagram::addressed(fd).is_some() {
+    if datagram::addressed_family(fd).is_some() {
         // SAFETY: the caller's arguments, as recvfrom(2) takes them.
         return unsafe { recvfrom(fd, buf, len, flags, std::ptr::null_mut(), std::ptr::null_mut()) };
     }
@@ -1103,20 +1103,20 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut libc::c_void, len: libc::size
 }
 
 /// read(2): as [`recv`]; every other descriptor's read is the C library's after one look at
-/// a bit (`sockets::maybe_addressed`).
+/// a slot (`sockets::addressed`).
 ///
 /// # Safety
 /// As read(2).
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut libc::c_void, len: libc::size_t) -> libc::ssize_t {
-    if let Some(t) = datagram::addressed(fd) {
+    if let Some(family) = datagram::addressed_family(fd) {
         let iov = libc::iovec {
             iov_base: buf,
             iov_len: len,
         };
         let (name, name_len, msg_flags) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
         // SAFETY: one iovec of the caller's buffer.
-        return unsafe { datagram::recv(fd, t.family, &iov, 1, 0, name, name_len, msg_flags) };
+        return unsafe { datagram::recv(fd, family, &iov, 1, 0, name, name_len, msg_flags) };
     }
     // SAFETY: the caller's arguments, unchanged.
     unsafe { real::read(fd, buf, len) }
@@ -1125,8 +1125,8 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut libc::c_void, len: libc::size
 /// A descriptor copied from `fd` (the result of a dup, `copy`) is marked as `fd` is: the
 /// receive hooks take the headers off an unconnected tunnel UDP socket's copies too.
 fn copied(fd: c_int, copy: c_int) {
-    if copy >= 0 && sockets::maybe_addressed(fd) {
-        sockets::mark_addressed(copy);
+    if copy >= 0 {
+        sockets::mark_copy(fd, copy);
     }
 }
 
@@ -1207,7 +1207,11 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c
 pub unsafe extern "C" fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut libc::c_void) -> c_int {
     // SAFETY: the caller's arguments, unchanged.
     let r = unsafe { real::ioctl(fd, request, arg) };
-    if r == 0 && request == libc::FIONREAD as libc::c_ulong && !arg.is_null() && datagram::addressed(fd).is_some() {
+    if r == 0
+        && request == libc::FIONREAD as libc::c_ulong
+        && !arg.is_null()
+        && datagram::addressed_family(fd).is_some()
+    {
         let n = arg.cast::<c_int>();
         // SAFETY: FIONREAD's argument is an int the call just wrote.
         unsafe { *n = (*n - ordo_attach::SOURCE_LEN as c_int).max(0) };

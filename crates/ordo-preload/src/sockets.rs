@@ -2,9 +2,10 @@
 //! for each. Keyed by inode, not by descriptor number: a dup'ed or inherited descriptor is the
 //! same socket, and a closed number reused for another file is not (no hook on close needed).
 
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Sockets remembered; the oldest is forgotten beyond (only its names are lost: reads and
@@ -90,6 +91,51 @@ pub fn forget_bound(inode: u64) {
 
 static TABLE: Mutex<Vec<TunnelSocket>> = Mutex::new(Vec::new());
 
+thread_local! {
+    /// Whether this thread holds the table's lock: a hook that a signal handler runs on it
+    /// then must not wait for the lock, which would never come free.
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The table under its lock, marked as held by this thread until dropped.
+struct Table(std::sync::MutexGuard<'static, Vec<TunnelSocket>>);
+
+impl Table {
+    fn lock() -> Table {
+        let guard = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+        HOLDING.with(|h| h.set(true));
+        Table(guard)
+    }
+
+    /// The table, unless this thread holds it already (a signal handler's hook, run inside
+    /// one of this module's own calls).
+    fn lock_unless_held() -> Option<Table> {
+        if HOLDING.with(|h| h.get()) {
+            return None;
+        }
+        Some(Table::lock())
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        HOLDING.with(|h| h.set(false));
+    }
+}
+
+impl std::ops::Deref for Table {
+    type Target = Vec<TunnelSocket>;
+    fn deref(&self) -> &Vec<TunnelSocket> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Table {
+    fn deref_mut(&mut self) -> &mut Vec<TunnelSocket> {
+        &mut self.0
+    }
+}
+
 /// The table, if its lock is free: for an exec hook, which must neither wait nor allocate
 /// (between fork and exec, a lock another thread held at the fork stays held). None when
 /// another thread holds it.
@@ -129,46 +175,95 @@ fn counted<R>(t: &mut Vec<TunnelSocket>, f: impl FnOnce(&mut Vec<TunnelSocket>) 
     r
 }
 
-/// Descriptor numbers below which [`ADDRESSED`] keeps a bit each.
-const NUMBERED: usize = 1024;
+/// Descriptor numbers below which [`ADDRESSED`] keeps a slot each.
+const NUMBERED: usize = 4096;
+
+/// A descriptor number's unconnected tunnel UDP socket: the inode of the socket last put
+/// there (0: none) and its family.
+struct Slot {
+    inode: AtomicU64,
+    family: AtomicI32,
+}
 
 /// Descriptor numbers that may be unconnected tunnel UDP sockets (set when one is put in
-/// place; a number closed and reused keeps its bit, and the look-up by inode says no): read
-/// and recv, which every program calls on every kind of file, look a descriptor up only if
-/// its bit is set, so that they cost programs without such sockets nothing. A copy made by
-/// dup, dup2, dup3 or fcntl is marked by those hooks; higher numbers are always looked up
-/// while any such socket exists.
-static ADDRESSED: [AtomicU64; NUMBERED / 64] = [const { AtomicU64::new(0) }; NUMBERED / 64];
+/// place; a number closed and reused keeps its slot, and the inode then differs). read and
+/// recv, which every program calls on every kind of file, look at a number's slot, without
+/// a lock and without allocating: they may run in a signal handler, which may have
+/// interrupted this very thread inside the table's lock. A copy made by dup, dup2, dup3 or
+/// fcntl gets the original's slot from those hooks; higher numbers are looked up in the
+/// table while any such socket exists.
+static ADDRESSED: [Slot; NUMBERED] = [const {
+    Slot {
+        inode: AtomicU64::new(0),
+        family: AtomicI32::new(0),
+    }
+}; NUMBERED];
 static ANY_ADDRESSED: AtomicUsize = AtomicUsize::new(0);
 
-/// Marks `fd` as an unconnected tunnel UDP socket.
-pub fn mark_addressed(fd: i32) {
+fn slot(fd: i32) -> Option<&'static Slot> {
+    usize::try_from(fd).ok().and_then(|n| ADDRESSED.get(n))
+}
+
+/// Marks `fd` as an unconnected tunnel UDP socket, the one of `inode`, made with `family`.
+pub fn mark_addressed(fd: i32, inode: u64, family: i32) {
     ANY_ADDRESSED.fetch_add(1, Ordering::Release);
-    if let Ok(n) = usize::try_from(fd) {
-        if n < NUMBERED {
-            ADDRESSED[n / 64].fetch_or(1 << (n % 64), Ordering::Release);
-        }
+    if let Some(slot) = slot(fd) {
+        // The family first: whoever reads the new inode reads its family.
+        slot.family.store(family, Ordering::Release);
+        slot.inode.store(inode, Ordering::Release);
     }
 }
 
-/// Whether `fd` may be an unconnected tunnel UDP socket (then look it up).
-pub fn maybe_addressed(fd: i32) -> bool {
+/// `copy` made from `fd` (a dup): marked as `fd` is. (A slot left from a closed socket is
+/// copied harmlessly: the copy's inode is not the one in it.)
+pub fn mark_copy(fd: i32, copy: i32) {
     if ANY_ADDRESSED.load(Ordering::Acquire) == 0 {
-        return false;
+        return;
     }
-    match usize::try_from(fd) {
-        Ok(n) if n < NUMBERED => ADDRESSED[n / 64].load(Ordering::Acquire) & (1 << (n % 64)) != 0,
-        Ok(_) => true,
-        Err(_) => false,
+    let (inode, family) = match slot(fd) {
+        Some(from) => (from.inode.load(Ordering::Acquire), from.family.load(Ordering::Acquire)),
+        None => match lookup(fd).filter(|t| t.marker.is_some()) {
+            Some(t) => (t.inode, t.family),
+            None => return,
+        },
+    };
+    if inode != 0 {
+        mark_addressed(copy, inode, family);
     }
+}
+
+/// What the receive hooks know of `fd` without the table.
+pub enum Addressed {
+    /// Not an unconnected tunnel UDP socket.
+    No,
+    /// One, made with this family.
+    Family(i32),
+    /// A number beyond the slots: ask the table.
+    LookUp,
+}
+
+/// Whether `fd` is an unconnected tunnel UDP socket: a look at its slot and, if the slot is
+/// set, fstat for the descriptor's inode. No lock, no allocation.
+pub fn addressed(fd: i32) -> Addressed {
+    if ANY_ADDRESSED.load(Ordering::Acquire) == 0 {
+        return Addressed::No;
+    }
+    let Some(slot) = slot(fd) else {
+        return if fd >= 0 { Addressed::LookUp } else { Addressed::No };
+    };
+    let inode = slot.inode.load(Ordering::Acquire);
+    if inode == 0 || socket_inode(fd) != Some(inode) {
+        return Addressed::No;
+    }
+    Addressed::Family(slot.family.load(Ordering::Acquire))
 }
 
 pub fn remember(s: TunnelSocket) {
-    let len = TABLE.lock().unwrap_or_else(|p| p.into_inner()).len();
+    let len = Table::lock().len();
     if len >= PRUNE_FROM.max(2 * PRUNED_TO.load(Ordering::Relaxed)) {
         prune();
     }
-    let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut t = Table::lock();
     counted(&mut t, |t| {
         t.retain(|e| e.inode != s.inode);
         if t.len() >= MAX {
@@ -186,13 +281,13 @@ pub fn remember(s: TunnelSocket) {
 /// another thread) is kept, held or not.
 fn prune() {
     let before: HashSet<u64> = {
-        let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+        let t = Table::lock();
         t.iter().map(|e| e.inode).collect()
     };
     // Without /proc, nothing is known to be closed.
     let Some(held) = held_sockets() else { return };
     let held: HashSet<u64> = held.into_iter().map(|(_, inode)| inode).collect();
-    let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut t = Table::lock();
     counted(&mut t, |t| retain_held(t, &before, &held));
     PRUNED_TO.store(t.len(), Ordering::Relaxed);
 }
@@ -221,33 +316,35 @@ pub fn held_sockets() -> Option<Vec<(i32, u64)>> {
 
 /// Forgets the socket of `inode` (the library's own, closed).
 pub fn forget(inode: u64) {
-    let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut t = Table::lock();
     counted(&mut t, |t| t.retain(|e| e.inode != inode));
 }
 
 /// The entry of `inode`, if any.
 pub fn lookup_inode(inode: u64) -> Option<TunnelSocket> {
-    let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let t = Table::lock_unless_held()?;
     t.iter().find(|e| e.inode == inode).copied()
 }
 
-/// The tunnel socket `fd` refers to, if any.
+/// The tunnel socket `fd` refers to, if any. None too from a signal handler that
+/// interrupted this thread inside the table's lock (a connected tunnel UDP socket's source
+/// is then not reported; an unconnected one's number below the slots needs no look-up).
 pub fn lookup(fd: i32) -> Option<TunnelSocket> {
     let inode = socket_inode(fd)?;
-    let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let t = Table::lock_unless_held()?;
     t.iter().find(|e| e.inode == inode).copied()
 }
 
 /// Runs `f` on the entry of `inode` under the table's lock (`f` must not call back into this
 /// module); None if there is no such entry.
 pub fn update<R>(inode: u64, f: impl FnOnce(&mut TunnelSocket) -> R) -> Option<R> {
-    let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut t = Table::lock();
     counted(&mut t, |t| t.iter_mut().find(|e| e.inode == inode).map(f))
 }
 
 /// The entries still waiting for a connect's answer.
 pub fn pending() -> Vec<TunnelSocket> {
-    let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let t = Table::lock();
     t.iter().filter(|e| e.pending.is_some()).copied().collect()
 }
 
@@ -256,6 +353,43 @@ mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
+
+    /// What a signal handler's read or recv needs: an unconnected tunnel socket known by its
+    /// slot while this very thread holds the table's lock (where waiting would never end),
+    /// and a look-up there that answers rather than waits.
+    #[test]
+    fn receive_look_ups_answer_inside_the_tables_lock() {
+        let (udp, _service) = UnixStream::pair().unwrap();
+        let (other, _o) = UnixStream::pair().unwrap();
+        let fd = udp.as_raw_fd();
+        let inode = socket_inode(fd).unwrap();
+        remember(TunnelSocket {
+            datagram: true,
+            marker: Some([7; ordo_attach::MARKER_LEN]),
+            ..TunnelSocket::new(inode, libc::AF_INET6, None, None)
+        });
+        mark_addressed(fd, inode, libc::AF_INET6);
+        // SAFETY: dup of our own descriptor, closed below.
+        let copy = unsafe { libc::dup(fd) };
+        mark_copy(fd, copy);
+        {
+            let _held = Table::lock();
+            assert!(matches!(addressed(fd), Addressed::Family(libc::AF_INET6)));
+            assert!(matches!(addressed(copy), Addressed::Family(libc::AF_INET6)));
+            assert!(matches!(addressed(other.as_raw_fd()), Addressed::No));
+            assert!(lookup(fd).is_none(), "no wait for a lock this thread holds");
+        }
+        assert_eq!(lookup(fd).map(|t| t.inode), Some(inode));
+        // The number closed and reused by another socket: its slot's inode is not the new one's.
+        // SAFETY: our own copy, closed once.
+        unsafe { libc::close(copy) };
+        // SAFETY: dup2 onto the number just freed; closed below.
+        assert_eq!(unsafe { libc::dup2(other.as_raw_fd(), copy) }, copy);
+        assert!(matches!(addressed(copy), Addressed::No));
+        // SAFETY: as above.
+        unsafe { libc::close(copy) };
+        forget(inode);
+    }
 
     #[test]
     fn a_prune_keeps_what_is_held_and_what_came_meanwhile() {
