@@ -36,6 +36,7 @@ use ordo_attach::{Op, Request, Route};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::path::PathBuf;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// Where the service listens and what goes through the tunnel, from the environment.
 struct Settings {
@@ -1033,6 +1034,63 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
     n
 }
 
+/// An unconnected tunnel socket's records into `msgs` ([`recvmmsg`]), one recvmsg each, as
+/// the kernel fills them: the first as `flags` say; the others at once with MSG_WAITFORONE,
+/// else waiting for each until `deadline` (the kernel looks at its timeout only after each
+/// datagram, so a caller whose datagrams stop waits for ever there; here the wait ends at
+/// the deadline), or without a deadline until all `n` came. A non-blocking socket returns
+/// what was there. Returns how many were received, or -1 with errno if none.
+///
+/// # Safety
+/// `msgs` points to `n` writable entries, as recvmmsg(2) promises.
+unsafe fn receive_records(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    n: usize,
+    flags: c_int,
+    deadline: Option<Instant>,
+) -> c_int {
+    let one = flags & !libc::MSG_WAITFORONE;
+    let mut got = 0;
+    for i in 0..n {
+        let f = if i == 0 {
+            one
+        } else if flags & libc::MSG_WAITFORONE != 0 {
+            one | libc::MSG_DONTWAIT
+        } else if let Some(d) = deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // Rounded up: poll's milliseconds end at or after the deadline, not before it.
+            let ms = left.as_nanos().div_ceil(1_000_000).min(c_int::MAX as u128) as c_int;
+            // SAFETY: one pollfd of ours. Interrupted or timed out: what came so far.
+            if left.is_zero() || unsafe { libc::poll(&mut p, 1, ms) } <= 0 {
+                break;
+            }
+            one | libc::MSG_DONTWAIT
+        } else {
+            one
+        };
+        // SAFETY: entry `i` < `n` of the caller's array.
+        let m = unsafe { &mut *msgs.add(i) };
+        // SAFETY: the entry's own header.
+        let r = unsafe { recvmsg(fd, &mut m.msg_hdr, f) };
+        if r < 0 {
+            return if got == 0 { -1 } else { got };
+        }
+        m.msg_len = r as libc::c_uint;
+        got += 1;
+    }
+    got
+}
+
+fn duration_of(t: &libc::timespec) -> Duration {
+    Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32)
+}
+
 /// recvmmsg(2): as [`recvfrom`], for each message received.
 ///
 /// # Safety
@@ -1046,20 +1104,18 @@ pub unsafe extern "C" fn recvmmsg(
     timeout: *mut libc::timespec,
 ) -> c_int {
     if let (Some(_), false) = (datagram::addressed_family(fd), msgs.is_null()) {
-        // One record at a time: the first as the caller's flags say, the rest only those
-        // already there (as MSG_WAITFORONE; the timeout is not applied).
-        let mut got = 0;
-        for i in 0..n as usize {
-            let f = if i == 0 { flags } else { flags | libc::MSG_DONTWAIT };
-            // SAFETY: entry `i` < `n` of the caller's array.
-            let m = unsafe { &mut *msgs.add(i) };
-            // SAFETY: the entry's own header.
-            let r = unsafe { recvmsg(fd, &mut m.msg_hdr, f) };
-            if r < 0 {
-                return if got == 0 { -1 } else { got };
+        // SAFETY: `timeout` is null or the caller's, readable and writable.
+        let deadline = unsafe { timeout.as_ref() }.map(|t| Instant::now() + duration_of(t));
+        // SAFETY: `msgs` has `n` entries.
+        let got = unsafe { receive_records(fd, msgs, n as usize, flags, deadline) };
+        if let (Some(d), false) = (deadline, timeout.is_null()) {
+            // As the kernel: the time that was left.
+            let left = d.saturating_duration_since(Instant::now());
+            // SAFETY: the caller's timespec, writable.
+            unsafe {
+                (*timeout).tv_sec = left.as_secs() as libc::time_t;
+                (*timeout).tv_nsec = left.subsec_nanos() as libc::c_long;
             }
-            m.msg_len = r as libc::c_uint;
-            got += 1;
         }
         return got;
     }
@@ -1634,6 +1690,73 @@ unsafe fn addrinfo_from_tunnel(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::net::UnixDatagram;
+
+    /// recvmmsg on an unconnected tunnel socket (its stand-in's records carry sources):
+    /// what is there at once with MSG_WAITFORONE; with a timeout, the wait for more ends
+    /// there and the time left is written back; with neither, it waits until all came.
+    #[test]
+    fn recvmmsg_on_a_tunnel_socket_waits_as_its_flags_and_timeout_say() {
+        let (program, service) = UnixDatagram::pair().unwrap();
+        let fd = program.as_raw_fd();
+        sockets::mark_addressed(fd, sockets::socket_inode(fd).unwrap(), libc::AF_INET);
+        let from: std::net::SocketAddr = "10.99.0.2:53".parse().unwrap();
+        let send = move |s: &UnixDatagram, byte: u8| {
+            let mut record = ordo_attach::Source(from).encode().to_vec();
+            record.push(byte);
+            s.send(&record).unwrap();
+        };
+        let mut bufs = [[0u8; 8]; 4];
+        let mut iovs: Vec<libc::iovec> = (bufs.iter_mut())
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: mmsghdr is plain data; each gets one iovec of `bufs` below.
+        let mut msgs: Vec<libc::mmsghdr> = (0..4).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
+            m.msg_hdr.msg_iov = iov;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        let received = |msgs: &mut Vec<libc::mmsghdr>, flags, timeout: *mut libc::timespec| {
+            // SAFETY: 4 entries, each with a live buffer; `timeout` null or ours.
+            unsafe { recvmmsg(fd, msgs.as_mut_ptr(), 4, flags, timeout) }
+        };
+
+        send(&service, 1);
+        send(&service, 2);
+        assert_eq!(received(&mut msgs, libc::MSG_WAITFORONE, std::ptr::null_mut()), 2);
+        assert_eq!((bufs[0][0], bufs[1][0], msgs[0].msg_len), (1, 2, 1));
+
+        send(&service, 3);
+        send(&service, 4);
+        let mut timeout = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        let start = Instant::now();
+        assert_eq!(received(&mut msgs, 0, &mut timeout), 2);
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(90) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        assert_eq!((timeout.tv_sec, timeout.tv_nsec), (0, 0), "no time left");
+
+        send(&service, 5);
+        send(&service, 6);
+        let later = service.try_clone().unwrap();
+        let sender = std::thread::spawn(move || {
+            // The receiver is waiting by then, whenever it started.
+            std::thread::sleep(Duration::from_millis(50));
+            send(&later, 7);
+            send(&later, 8);
+        });
+        assert_eq!(received(&mut msgs, 0, std::ptr::null_mut()), 4);
+        assert_eq!(bufs.map(|b| b[0]), [5, 6, 7, 8]);
+        sender.join().unwrap();
+    }
 
     #[test]
     fn numbers_and_asked_for_numbers_stay_the_c_library_s() {
