@@ -7,7 +7,7 @@ use crate::messages::{self, Kind, DATA_HEADER_LEN};
 use crate::packet;
 use crate::peer::{PeerId, Slot, MAX_STAGED_PACKETS};
 use crate::session::Session;
-use crate::timers::{REKEY_AFTER_MESSAGES, REKEY_AFTER_TIME, REKEY_ON_RECEIVE_AGE};
+use crate::timers::{REKEY_AFTER_MESSAGES, REKEY_ON_RECEIVE_AGE};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -287,7 +287,7 @@ impl Interface {
             return;
         };
         let rekey = session.send_counter() > REKEY_AFTER_MESSAGES
-            || (session.we_initiated && now.saturating_duration_since(session.born) >= REKEY_AFTER_TIME);
+            || (session.we_initiated && now.saturating_duration_since(session.born) >= self.rekey_after_time);
         peer.tx_bytes += bytes;
         peer.timers.any_authenticated_packet_traversal(now);
         peer.timers.any_authenticated_packet_sent();

@@ -271,6 +271,9 @@ pub struct Interface {
     next_queue: u32,
     /// Test hook: behave as under load whatever the rate.
     pub force_under_load: bool,
+    /// When a session we initiated is renewed: REKEY_AFTER_TIME, but for a test that cannot
+    /// wait two minutes for it.
+    pub rekey_after_time: Duration,
     pub stats: Stats,
     /// What the log hears of drops and handshakes, rate-limited per kind.
     events: crate::events::Events,
@@ -305,6 +308,7 @@ impl Interface {
             load_window: (now, 0),
             under_load_until: None,
             force_under_load: false,
+            rekey_after_time: crate::timers::REKEY_AFTER_TIME,
             queues: 1,
             next_queue,
             stats: Stats::default(),

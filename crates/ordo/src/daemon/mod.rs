@@ -23,6 +23,9 @@ pub const LOG_ENV: &str = "ORDO_LOG";
 /// Test hook: behave as under load from the start, so the cookie exchange can be tested
 /// without generating a real handshake flood.
 const UNDER_LOAD_ENV: &str = "ORDO_TEST_UNDER_LOAD";
+/// Test hook: renew the sessions Ordo initiated after this many seconds instead of
+/// REKEY_AFTER_TIME's 120, so that a test sees a rekey with a real peer in seconds.
+const REKEY_AFTER_ENV: &str = "ORDO_TEST_REKEY_AFTER";
 
 /// Starts the daemon for `ifname` in the background and waits until it is ready.
 pub fn spawn_detached(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Result<()> {
@@ -127,6 +130,10 @@ pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Resul
     if std::env::var_os(UNDER_LOAD_ENV).is_some() {
         log::warn!("{UNDER_LOAD_ENV} is set: every handshake without a valid mac2 gets a cookie reply");
         device.core().force_under_load = true;
+    }
+    if let Some(secs) = std::env::var(REKEY_AFTER_ENV).ok().and_then(|v| v.parse::<u64>().ok()) {
+        log::warn!("{REKEY_AFTER_ENV} is set: sessions Ordo initiated are renewed after {secs} s");
+        device.core().rekey_after_time = std::time::Duration::from_secs(secs);
     }
     let (listener, path) =
         uapi::listen(ifname).with_context(|| format!("cannot create the UAPI socket for {ifname}"))?;
