@@ -97,14 +97,15 @@ thread_local! {
     static HOLDING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The table under its lock, marked as held by this thread until dropped.
-struct Table(std::sync::MutexGuard<'static, Vec<TunnelSocket>>);
+/// The table under its lock, this thread marked as holding it from before it asks for the
+/// lock until after it has let go (so that no signal handler on it finds the mark off while
+/// the lock is this thread's).
+struct Table(Option<std::sync::MutexGuard<'static, Vec<TunnelSocket>>>);
 
 impl Table {
     fn lock() -> Table {
-        let guard = TABLE.lock().unwrap_or_else(|p| p.into_inner());
         HOLDING.with(|h| h.set(true));
-        Table(guard)
+        Table(Some(TABLE.lock().unwrap_or_else(|p| p.into_inner())))
     }
 
     /// The table, unless this thread holds it already (a signal handler's hook, run inside
@@ -119,6 +120,7 @@ impl Table {
 
 impl Drop for Table {
     fn drop(&mut self) {
+        self.0 = None;
         HOLDING.with(|h| h.set(false));
     }
 }
@@ -126,13 +128,13 @@ impl Drop for Table {
 impl std::ops::Deref for Table {
     type Target = Vec<TunnelSocket>;
     fn deref(&self) -> &Vec<TunnelSocket> {
-        &self.0
+        self.0.as_deref().expect("the guard lives until the drop")
     }
 }
 
 impl std::ops::DerefMut for Table {
     fn deref_mut(&mut self) -> &mut Vec<TunnelSocket> {
-        &mut self.0
+        self.0.as_deref_mut().expect("the guard lives until the drop")
     }
 }
 
