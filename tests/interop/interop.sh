@@ -1402,7 +1402,7 @@ assert q and [x["queue"] for x in q] == list(range(len(q))), q
 assert all(x["cpu"] < os.cpu_count() for x in q), q
 ' || fail "ordo show --json has no queues"
     # GRO off: not flagged on a virtual link, where a sender's GSO batch crosses whole and
-    # GRO on measured no different (docs/benchmarks-log.md, "GRO on a veth").
+    # turning GRO on made no measured difference (docs/benchmarks-log.md, "GRO on a veth").
     ip netns exec "$NS_A" ethtool -K veth-a gro off
     report=$(doctor "$NS_A" --json) || fail "doctor flagged GRO off on a veth: $report"
     python3 -c '

@@ -146,7 +146,7 @@ pub struct Context {
     pub tunnel_mtu: Option<u32>,
     /// The outer interfaces to check.
     pub outers: Vec<String>,
-    /// The CPUs of the interface's queues (from its peers' placement and counters).
+    /// The CPUs of the interface's queues and of its peers' placement.
     pub queue_cpus: Vec<usize>,
     /// Where the kernel's settings are read.
     pub files: Files,

@@ -50,49 +50,45 @@ fn offloads(dev: &str, ctx: &Context) -> Vec<Finding> {
     // there changed neither throughput nor CPU, with a peer sending batches or one by one
     // (docs/benchmarks-log.md, "GRO on a veth"). From a wire, GRO alone makes batches.
     let virtual_link = !ctx.files.exists(&format!("/sys/class/net/{dev}/device"));
-    let gro_moot = virtual_link && on("generic-receive-offload") == Some(false);
-    if gro_moot {
-        out.push(Finding::ok(
-            format!("generic-receive-offload of {dev}"),
-            "off, on a virtual link: a peer's GSO batches cross it whole",
-        ));
-    }
-    let mut off = |feature: &str, short: &str, severity, why: &str| match on(feature) {
-        Some(false) => out.push(Finding::flag(
+    // A feature's severity when off; none: off is fine, `why` says why.
+    let mut off = |feature: &str, short: &str, severity: Option<Severity>, why: &str| match (on(feature), severity) {
+        (Some(false), Some(severity)) => out.push(Finding::flag(
             severity,
             format!("{feature} of {dev}"),
             format!("ethtool -k {dev}: {feature}: off"),
             why,
             Some(format!("ethtool -K {dev} {short} on")),
         )),
-        Some(true) => out.push(Finding::ok(format!("{feature} of {dev}"), "on")),
-        None => out.push(Finding::unknown(format!("{feature} of {dev}"), "not listed by ethtool")),
+        (Some(false), None) => out.push(Finding::ok(format!("{feature} of {dev}"), format!("off: {why}"))),
+        (Some(true), _) => out.push(Finding::ok(format!("{feature} of {dev}"), "on")),
+        (None, _) => out.push(Finding::unknown(format!("{feature} of {dev}"), "not listed by ethtool")),
     };
-    if !gro_moot {
-        off(
-            "generic-receive-offload",
-            "gro",
-            Severity::Problem,
+    let (gro_severity, gro_why) = if virtual_link {
+        (None, "on a virtual link a peer's GSO batches cross it whole")
+    } else {
+        (
+            Some(Severity::Problem),
             "without GRO the kernel hands Ordo's socket one datagram per read instead of a batch (UDP GRO \
              needs it), several times the receive cost",
-        );
-    }
+        )
+    };
+    off("generic-receive-offload", "gro", gro_severity, gro_why);
     off(
         "generic-segmentation-offload",
         "gso",
-        Severity::Problem,
+        Some(Severity::Problem),
         "without GSO each of Ordo's sends becomes one datagram per system call instead of a 64 KB batch",
     );
     off(
         "tcp-segmentation-offload",
         "tso",
-        Severity::Advice,
+        Some(Severity::Advice),
         "the host's own TCP over this link segments in software",
     );
     off(
         "rx-udp-gro-forwarding",
         "rx-udp-gro-forwarding",
-        Severity::Advice,
+        Some(Severity::Advice),
         "UDP datagrams this host forwards (a gateway's inner UDP flows leaving the tunnel) are not \
          aggregated: a cost per datagram on the forwarding path",
     );
