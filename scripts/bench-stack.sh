@@ -27,7 +27,8 @@
 # PERF_DIR=DIR (with CPUS_A; needs perf) records `perf record -g` of host A's CPUs during each stream or
 # loss run, to DIR/PATH[-R].data (the last run of each path and direction is kept): where
 # A's CPU goes on each path (`perf report -i FILE --no-children --sort dso,sym`). The CPU
-# columns then include perf's own sampling.
+# columns then include perf's own sampling. PERF_CALL_GRAPH=dwarf records the callers of
+# functions without frame pointers too (the C library's memcpy), at a much higher cost.
 #
 # CPUS_A=0 CPUS_B=1 (taskset lists) confine each host's processes (daemons, `ordo run`,
 # clients, servers) to those CPUs: two hosts of their own instead of two sharing the
@@ -190,7 +191,7 @@ run() {
     read -r m0 t0 < <(machine_ticks)
     local perf=
     if [[ -n ${PERF_DIR:-} ]]; then
-        perf record -q -g -C "${CPUS_A:?PERF_DIR needs CPUS_A}" -o "$PERF_DIR/$path$dir.data" \
+        perf record -q --call-graph "${PERF_CALL_GRAPH:-fp}" -C "${CPUS_A:?PERF_DIR needs CPUS_A}" -o "$PERF_DIR/$path$dir.data" \
             -- sleep "$DURATION" >/dev/null 2>&1 &
         perf=$!
     fi

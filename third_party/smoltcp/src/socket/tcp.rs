@@ -2538,6 +2538,13 @@ impl<'a> Socket<'a> {
 
         let assembler_was_empty = self.assembler.is_empty();
 
+        // A receive buffer that is empty, with no out-of-order octets placed beyond it, starts
+        // again at its beginning: a reader that keeps up then only ever touches the buffer's
+        // first octets, which stay in the cache, instead of walking through all of it.
+        if assembler_was_empty && self.rx_buffer.is_empty() {
+            self.rx_buffer.clear();
+        }
+
         // Try adding payload octets to the assembler.
         let Ok(contig_len) = self
             .assembler
@@ -9965,11 +9972,41 @@ mod test {
                 ..SEND_TEMPL
             }
         );
+        // One octet left unread: the buffer is not empty, so what comes next wraps around.
         s.recv(|buffer| {
             assert_eq!(buffer, b"abc");
-            (buffer.len(), ())
+            (2, ())
         })
         .unwrap();
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 3,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"defgh"[..],
+                ..SEND_TEMPL
+            }
+        );
+        let mut data = [0; 6];
+        assert_eq!(s.recv_slice(&mut data[..]), Ok(6));
+        assert_eq!(data, &b"cdefgh"[..]);
+    }
+
+    #[test]
+    fn test_empty_rx_buffer_starts_at_its_beginning() {
+        let mut s = socket_established();
+        s.rx_buffer = SocketBuffer::new(vec![0; 6]);
+        s.assembler = Assembler::new();
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"abc"[..],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.recv_slice(&mut [0; 3]), Ok(3));
         send!(
             s,
             TcpRepr {
@@ -9979,9 +10016,66 @@ mod test {
                 ..SEND_TEMPL
             }
         );
-        let mut data = [0; 6];
-        assert_eq!(s.recv_slice(&mut data[..]), Ok(6));
-        assert_eq!(data, &b"defghi"[..]);
+        // All six in one contiguous slice: written from the buffer's start, not wrapped.
+        s.recv(|buffer| {
+            assert_eq!(buffer, b"defghi");
+            (buffer.len(), ())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn test_empty_rx_buffer_keeps_its_place_while_out_of_order_octets_wait() {
+        let mut s = socket_established();
+        s.rx_buffer = SocketBuffer::new(vec![0; 6]);
+        s.assembler = Assembler::new();
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"abc"[..],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.recv_slice(&mut [0; 2]), Ok(2));
+        // "ef" beyond a hole, placed past "c"; then "c" is read, and the buffer is empty while
+        // "ef" waits at its place for "d".
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 4,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"ef"[..],
+                ..SEND_TEMPL
+            },
+            Some(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 3),
+                window_len: 5,
+                sack_ranges: [None, None, None],
+                ..RECV_TEMPL
+            })
+        );
+        assert_eq!(s.recv_slice(&mut [0; 1]), Ok(1));
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 3,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"d"[..],
+                ..SEND_TEMPL
+            },
+            Some(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 6),
+                window_len: 3,
+                ..RECV_TEMPL
+            })
+        );
+        let mut data = [0; 3];
+        assert_eq!(s.recv_slice(&mut data[..]), Ok(3));
+        assert_eq!(data, &b"def"[..]);
     }
 
     #[test]
