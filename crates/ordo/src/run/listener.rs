@@ -25,6 +25,20 @@ pub fn take_fd(pid: i32, fd: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
 }
 
+/// Whether every process under the filter has ended: the listener then reports a hang-up
+/// (seccomp_unotify(2)), and a receive on it fails at once with ENOENT, as it does for one
+/// caller killed while stopped.
+pub fn orphaned(listener: &OwnedFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & libc::POLLHUP != 0
+}
+
 /// Answers the stopped call `id` with `value`: 0 or more is returned, below 0 a negated
 /// errno. From any thread; a caller gone meanwhile is no error.
 pub fn respond(listener: &OwnedFd, id: u64, value: i32) {

@@ -121,8 +121,12 @@ impl Program {
         // What bypasses the library (static programs, Go, raw system calls) is kept from the
         // kernel's route by a seccomp supervisor (supervise.rs): set up in the child between
         // fork and exec, its listener handed to this process.
-        let mut child = supervise::spawn(&mut command, self.routes.clone(), self.socket.clone())
-            .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+        let supervise::Supervised { mut child, supervisor } =
+            supervise::spawn(&mut command, self.routes.clone(), self.socket.clone())
+                .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
+        // Not waited for: processes the program leaves behind stay under the filter, and the
+        // supervisor answers them until the last one ends.
+        drop(supervisor);
         // A terminal's Ctrl-C reaches the program too: let it decide, and end when it ends.
         // SAFETY: setting a signal's disposition to ignored; no handler runs.
         unsafe {

@@ -27,7 +27,7 @@
 //! setuid program then runs without its privileges, as it ignores LD_PRELOAD anyway).
 
 use super::connect::{self, Answer};
-use super::listener::{inode, notif_sizes, notif_words, respond, send_response, take_fd, thread_group};
+use super::listener::{inode, notif_sizes, notif_words, orphaned, respond, send_response, take_fd, thread_group};
 use super::stand_ins::StandIns;
 use anyhow::{Context, Result};
 use ordo_attach::Route;
@@ -40,6 +40,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -370,13 +371,13 @@ impl Supervisor {
         }
     }
 
-    /// Answers notifications on a thread of its own, for as long as the program runs.
-    pub fn spawn(self) -> Result<()> {
+    /// Answers notifications on a thread of its own, for as long as the program (or a
+    /// process it started) runs.
+    pub fn spawn(self) -> Result<JoinHandle<()>> {
         std::thread::Builder::new()
             .name("ordo-supervise".into())
             .spawn(move || self.run())
-            .context("starting the supervisor")?;
-        Ok(())
+            .context("starting the supervisor")
     }
 
     fn run(mut self) {
@@ -393,8 +394,10 @@ impl Supervisor {
             } < 0
             {
                 match io::Error::last_os_error().raw_os_error() {
-                    // Interrupted, or the caller died before we read it.
-                    Some(libc::EINTR) | Some(libc::ENOENT) => continue,
+                    Some(libc::EINTR) => continue,
+                    // The caller died before we read it, or no process is left under the
+                    // filter: then every receive fails at once, and waiting on would spin.
+                    Some(libc::ENOENT) if !orphaned(&self.listener) => continue,
                     _ => return,
                 }
             }
@@ -682,7 +685,14 @@ fn parse_sockaddr(b: &[u8]) -> Option<SocketAddr> {
 /// connects to `routes` made through the stack at `socket`, other calls with destinations
 /// in them refused. The filter is set in the child between fork and exec, and its listener
 /// handed to this process over [`ListenerHandover`].
-pub fn spawn(command: &mut Command, routes: Vec<Route>, socket: PathBuf) -> Result<Child> {
+/// A program started under the filter, and the thread that answers its filter's
+/// notifications (it ends when no process is left under the filter).
+pub struct Supervised {
+    pub child: Child,
+    pub supervisor: JoinHandle<()>,
+}
+
+pub fn spawn(command: &mut Command, routes: Vec<Route>, socket: PathBuf) -> Result<Supervised> {
     notif_sizes().context(
         "this kernel has no seccomp user notification: programs that bypass the C library could not be kept \
          from the kernel's route",
@@ -703,8 +713,8 @@ pub fn spawn(command: &mut Command, routes: Vec<Route>, socket: PathBuf) -> Resu
         .unwrap_or_else(|_| Err(anyhow::anyhow!("the supervisor's thread panicked")));
     match (spawned, listener) {
         (Ok(child), Ok(listener)) => {
-            Supervisor::new(listener, routes, socket).spawn()?;
-            Ok(child)
+            let supervisor = Supervisor::new(listener, routes, socket).spawn()?;
+            Ok(Supervised { child, supervisor })
         }
         // The child stopped before exec because the listener was not taken: the reason is
         // this side's.
@@ -795,12 +805,19 @@ mod tests {
         let mut command = Command::new("python3");
         command.args(["-c", script]).stdout(std::process::Stdio::piped());
         // No stack behind the socket: the connect to the tunnel fails closed.
-        let child =
+        let Supervised { child, supervisor } =
             spawn(&mut command, routes, "/nonexistent/attach.sock".into()).expect("spawning python3 under the filter");
         let out = child.wait_with_output().unwrap();
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
             "ENETUNREACH ECONNREFUSED ENETUNREACH sent"
         );
+        // With the program gone, the supervisor ends (it used to spin on the receive's ENOENT
+        // for as long as `ordo run` lingered).
+        let gone = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !supervisor.is_finished() && std::time::Instant::now() < gone {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(supervisor.is_finished(), "the supervisor outlived the program by 5 s");
     }
 }
