@@ -19,7 +19,7 @@
 //! counted, never waited for; one larger than the tunnel can carry (the stack does not
 //! fragment) is dropped and counted.
 
-use super::readiness::{Watched, READABLE, WRITABLE};
+use super::readiness::{Ready, Watched, READABLE, WRITABLE};
 use ordo_attach::{SendHeader, Source, MARKER_LEN};
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::udp;
@@ -139,14 +139,16 @@ pub fn wanted(s: &udp::Socket) -> u32 {
 
 /// One flow's turn: the application's datagrams into the stack, the stack's to the
 /// application. False once the application has closed its end (seen when the service reads
-/// from it: a closed end is always readable, so the service's poll wakes for it).
-pub fn relay(f: &mut Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &DatagramDrops) -> bool {
+/// from it: a closed end is always readable, so the service's poll wakes for it). Only the
+/// descriptors `ready` may find ready are read.
+pub fn relay(f: &mut Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &DatagramDrops, ready: &Ready) -> bool {
     let fd = f.app.as_raw_fd();
     // Records that leave by the host's socket take no room in the stack: without a bound,
     // one application sending them without pause would hold the stack's turn, and the
     // plane's thread that runs it.
     let mut turn = 0;
-    while s.can_send() && turn < RECORDS_PER_TURN {
+    let readable = f.app.may_be(ready, READABLE);
+    while readable && s.can_send() && turn < RECORDS_PER_TURN {
         turn += 1;
         // SAFETY: reading one record into `scratch`, at most its length; MSG_TRUNC makes the
         // call return the record's whole length, so that a longer one is seen.
@@ -257,7 +259,7 @@ pub fn relay(f: &mut Flow, s: &mut udp::Socket, scratch: &mut [u8], drops: &Data
         }
         let _ = s.recv();
     }
-    if let Some(host) = &f.host {
+    if let Some(host) = f.host.as_ref().filter(|h| h.may_be(ready, READABLE)) {
         for _ in 0..HOST_TURN {
             let Ok((n, from)) = host.recv_from(scratch) else { break };
             if f.remote.is_some_and(|r| r != Remote::Host(from)) {

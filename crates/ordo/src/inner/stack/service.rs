@@ -13,7 +13,7 @@
 
 use super::datagram::{self, Flow};
 use super::link::{Link, Wires};
-use super::readiness::{Readiness, Watched, Watcher, HANG_UP, READABLE, WRITABLE};
+use super::readiness::{Readiness, Ready, Watched, Watcher, HANG_UP, READABLE, WRITABLE};
 use super::settings::StackSettings;
 use super::unix::{hung_up, peer_closed};
 use crate::host::wakeup::WakeUp;
@@ -153,6 +153,7 @@ impl Stack {
                 return;
             }
         }
+        s.ready = readiness.ready();
         let deadline = s.turn();
         readiness.arm(deadline.into_iter().chain(*linger_until).min());
     }
@@ -323,6 +324,8 @@ struct State {
     started: Instant,
     /// Registers the applications' descriptors in the stack's readiness set.
     watcher: Watcher,
+    /// What the set found ready at this turn's start: the descriptors the turn asks.
+    ready: Ready,
     attachers: super::Attachers,
 }
 
@@ -384,6 +387,7 @@ impl State {
             addresses,
             started,
             watcher,
+            ready: Ready::everything(),
             attachers: settings.attachers.clone(),
         }
     }
@@ -473,6 +477,9 @@ impl State {
 
     /// Takes new applications' connections to the attach socket.
     fn accept(&mut self) {
+        if !self.listener.may_be(&self.ready, READABLE) {
+            return;
+        }
         while self.pending.len() < MAX_PENDING_REQUESTS {
             let control = match self.listener.accept() {
                 Ok((c, _)) => c,
@@ -527,18 +534,22 @@ impl State {
         let mut i = 0;
         while i < self.pending.len() {
             let p = &mut self.pending[i];
-            let done = match recv_with_fds(p.control.as_raw_fd(), REQUEST_LEN - p.bytes.len()) {
-                Ok((bytes, fds)) => {
-                    let closed = bytes.is_empty() && fds.is_empty();
-                    p.bytes.extend_from_slice(&bytes);
-                    // Descriptors beyond two are closed: the request is refused below if
-                    // those kept are not what it needs.
-                    let room = 2usize.saturating_sub(p.passed.len());
-                    p.passed.extend(fds.into_iter().take(room));
-                    closed || p.bytes.len() == REQUEST_LEN
+            let done = if !p.control.may_be(&self.ready, READABLE) {
+                now >= p.deadline
+            } else {
+                match recv_with_fds(p.control.as_raw_fd(), REQUEST_LEN - p.bytes.len()) {
+                    Ok((bytes, fds)) => {
+                        let closed = bytes.is_empty() && fds.is_empty();
+                        p.bytes.extend_from_slice(&bytes);
+                        // Descriptors beyond two are closed: the request is refused below if
+                        // those kept are not what it needs.
+                        let room = 2usize.saturating_sub(p.passed.len());
+                        p.passed.extend(fds.into_iter().take(room));
+                        closed || p.bytes.len() == REQUEST_LEN
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => now >= p.deadline,
+                    Err(_) => true,
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => now >= p.deadline,
-                Err(_) => true,
             };
             if !done {
                 i += 1;
@@ -690,7 +701,8 @@ impl State {
     fn accept_connections(&mut self) {
         let mut i = 0;
         while i < self.listeners.len() {
-            if peer_closed(self.listeners[i].app.as_raw_fd()) {
+            let l = &self.listeners[i];
+            if l.app.may_be(&self.ready, HANG_UP) && peer_closed(l.app.as_raw_fd()) {
                 let l = self.listeners.swap_remove(i);
                 for r in l.ready {
                     // Connections established but never accepted: reset, as the kernel does
@@ -710,7 +722,10 @@ impl State {
                 continue;
             }
             self.accept_from_stack(i);
-            hand_over_kernel_connections(&mut self.listeners[i]);
+            let l = &mut self.listeners[i];
+            if l.held.is_some() || l.kernel.as_ref().is_some_and(|k| k.may_be(&self.ready, READABLE)) {
+                hand_over_kernel_connections(l);
+            }
             i += 1;
         }
     }
@@ -904,7 +919,7 @@ impl State {
         while i < self.flows.len() {
             let f = &mut self.flows[i];
             let s = self.sockets.get_mut::<udp::Socket>(f.handle);
-            if datagram::relay(f, s, &mut self.scratch, &self.link.wires.datagram_drops) {
+            if datagram::relay(f, s, &mut self.scratch, &self.link.wires.datagram_drops, &self.ready) {
                 i += 1;
                 continue;
             }
@@ -942,8 +957,12 @@ impl State {
         while i < self.connections.len() {
             let c = &mut self.connections[i];
             let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
-            let abandoned = (c.waiting.as_ref())
-                .is_some_and(|(control, _)| hung_up(c.app.as_raw_fd()) || hung_up(control.as_raw_fd()));
+            let ready = &self.ready;
+            let gone = |w_hung: bool, fd: RawFd| w_hung && hung_up(fd);
+            let abandoned = (c.waiting.as_ref()).is_some_and(|(control, _)| {
+                gone(c.app.may_be(ready, HANG_UP), c.app.as_raw_fd())
+                    || gone(control.may_be(ready, HANG_UP), control.as_raw_fd())
+            });
             if abandoned {
                 // The program closed a socket still connecting, or ended (which closes the
                 // request its answer would go to; the service keeps a copy of a
@@ -976,7 +995,7 @@ impl State {
                 self.end(i);
                 continue;
             }
-            if c.waiting.is_none() && !relay_one(c, s) {
+            if c.waiting.is_none() && !relay_one(c, s, &self.ready) {
                 self.end(i);
                 continue;
             }
@@ -1029,8 +1048,9 @@ fn take_port(in_use: &mut HashSet<u16>, next: &mut u16) -> Option<u16> {
     None
 }
 
-/// One established connection's turn; false once it is over.
-fn relay_one(c: &mut Connection, s: &mut tcp::Socket) -> bool {
+/// One established connection's turn; false once it is over. The application's end is read
+/// only if `ready` may find it readable.
+fn relay_one(c: &mut Connection, s: &mut tcp::Socket, ready: &Ready) -> bool {
     let fd = c.app.as_raw_fd();
     if let Some(u) = &mut c.unfill {
         // A non-blocking connect, now established: drop the filler that kept the stand-in
@@ -1062,16 +1082,23 @@ fn relay_one(c: &mut Connection, s: &mut tcp::Socket) -> bool {
         };
         c.unfill = None;
     }
-    // Application to peer: read straight into the send buffer.
-    while !c.app_done_writing && s.can_send() {
+    // Application to peer: read straight into the send buffer, until a read comes short (the
+    // end had no more then; more later makes it ready again).
+    let readable = c.app.may_be(ready, READABLE);
+    while readable && !c.app_done_writing && s.can_send() {
         let r = s.send(|buf| {
             // SAFETY: reading into smoltcp's free send space, `buf.len()` writable bytes.
             let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-            (n.max(0) as usize, n)
+            (n.max(0) as usize, (n, n > 0 && (n as usize) < buf.len()))
         });
         match r {
-            Ok(n) if n > 0 => continue,
-            Ok(0) => {
+            Ok((n, short)) if n > 0 => {
+                if short {
+                    break;
+                }
+                continue;
+            }
+            Ok((0, _)) => {
                 c.app_done_writing = true;
                 s.close();
             }
