@@ -24,8 +24,8 @@
 # CC_B=ALGORITHM sets that (cubic, say, where the host's default is BBR), for how the
 # stack receives from a sender of that kind.
 #
-# PERF_DIR=DIR (with CPUS_A; needs perf) records `perf record -g` of host A's CPUs during each stream or
-# loss run, to DIR/PATH[-R].data (the last run of each path and direction is kept): where
+# PERF_DIR=DIR (with CPUS_A; needs perf) records `perf record -g` of host A's CPUs during each run, to
+# DIR/PATH[-R].data (rr, connect: DIR/PATH-KIND.data; the last run of each is kept): where
 # A's CPU goes on each path (`perf report -i FILE --no-children --sort dso,sym`). The CPU
 # columns then include perf's own sampling. PERF_CALL_GRAPH=dwarf records the callers of
 # functions without frame pointers too (the C library's memcpy), at a much higher cost.
@@ -144,7 +144,14 @@ run_python() {
     [[ $path == stack ]] && cmd=("$ORDO" run -c "$CONF" -- "${cmd[@]}")
     d0=$(daemon_ticks)
     read -r m0 _ < <(machine_ticks)
+    local perf=
+    if [[ -n ${PERF_DIR:-} ]]; then
+        perf record -q --call-graph "${PERF_CALL_GRAPH:-fp}" -C "${CPUS_A:?PERF_DIR needs CPUS_A}" \
+            -o "$PERF_DIR/$path-$kind.data" -- sleep "$DURATION" >/dev/null 2>&1 &
+        perf=$!
+    fi
     ip netns exec "$NS_A" "${PIN_A[@]}" bash -c '"${@:2}" >"$1"; times >"$1.times"' _ "$OUT" "${cmd[@]}"
+    [[ -n $perf ]] && wait "$perf"
     read -r m1 _ < <(machine_ticks)
     d1=$(daemon_ticks)
     python3 - "$OUT" "$d0" "$d1" "$m0" "$m1" "$(getconf CLK_TCK)" <<'EOF'

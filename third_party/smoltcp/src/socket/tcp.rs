@@ -1337,6 +1337,19 @@ impl<'a> Socket<'a> {
         !self.tx_buffer.is_full()
     }
 
+    /// Take the socket's buffers back, emptied, for another socket.
+    ///
+    /// A new socket's buffers are usually allocated zeroed; an application that opens
+    /// and closes many connections with large buffers spends its time filling them with
+    /// zeroes. The contents of a buffer are never read before they are written, so a used
+    /// one serves as well.
+    pub fn into_buffers(self) -> (SocketBuffer<'a>, SocketBuffer<'a>) {
+        let (mut rx_buffer, mut tx_buffer) = (self.rx_buffer, self.tx_buffer);
+        rx_buffer.clear();
+        tx_buffer.clear();
+        (rx_buffer, tx_buffer)
+    }
+
     /// Return the maximum number of bytes inside the recv buffer.
     #[inline]
     pub fn recv_capacity(&self) -> usize {
@@ -9990,6 +10003,30 @@ mod test {
         let mut data = [0; 6];
         assert_eq!(s.recv_slice(&mut data[..]), Ok(6));
         assert_eq!(data, &b"cdefgh"[..]);
+    }
+
+    #[test]
+    fn test_buffers_taken_back_serve_a_new_socket_empty() {
+        let mut s = socket_established();
+        s.rx_buffer = SocketBuffer::new(vec![0; 6]);
+        s.assembler = Assembler::new();
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"abc"[..],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.send_slice(b"xyz"), Ok(3));
+        let (rx, tx) = s.socket.into_buffers();
+        assert_eq!((rx.capacity(), rx.len(), tx.len()), (6, 0, 0));
+        let s = Socket::new(rx, tx);
+        assert_eq!(
+            (s.recv_capacity(), s.recv_queue(), s.send_queue()),
+            (6, 0, 0)
+        );
     }
 
     #[test]

@@ -319,6 +319,8 @@ struct State {
     udp_ports_in_use: HashSet<u16>,
     /// Sockets with the large receive buffer ([`LARGE_RECEIVE_BUFFERS`] at most).
     large_receive_buffers: usize,
+    /// Ended sockets' buffers, for new ones ([`SPARE_BUFFERS`] at most).
+    spare_buffers: Vec<SocketBuffers>,
     next_port: u16,
     addresses: Vec<IpAddr>,
     started: Instant,
@@ -383,6 +385,7 @@ impl State {
             ports_in_use: HashSet::new(),
             udp_ports_in_use: HashSet::new(),
             large_receive_buffers: 0,
+            spare_buffers: Vec::new(),
             next_port,
             addresses,
             started,
@@ -1010,7 +1013,8 @@ impl State {
     }
 
     /// A TCP socket for a connection or a listener: the large receive buffer while fewer
-    /// than [`LARGE_RECEIVE_BUFFERS`] sockets have it.
+    /// than [`LARGE_RECEIVE_BUFFERS`] sockets have it; an ended socket's buffers if one of
+    /// that size is spare.
     fn new_tcp_socket(&mut self) -> tcp::Socket<'static> {
         let receive = if self.large_receive_buffers < LARGE_RECEIVE_BUFFERS {
             self.large_receive_buffers += 1;
@@ -1018,14 +1022,27 @@ impl State {
         } else {
             SMALL_RECEIVE_BUFFER
         };
-        new_tcp_socket(receive)
+        let spare = self.spare_buffers.iter().position(|b| b.receive.capacity() == receive);
+        let buffers = match spare {
+            Some(i) => self.spare_buffers.swap_remove(i),
+            None => SocketBuffers {
+                receive: tcp::SocketBuffer::new(vec![0; receive]),
+                send: tcp::SocketBuffer::new(vec![0; SEND_BUFFER]),
+            },
+        };
+        new_tcp_socket(buffers)
     }
 
-    /// Removes a TCP socket, giving back its large receive buffer if it had one.
+    /// Removes a TCP socket, giving back its large receive buffer if it had one, and keeping
+    /// its buffers for the next socket while fewer than [`SPARE_BUFFERS`] are kept.
     fn remove_tcp(&mut self, h: SocketHandle) {
         if let smoltcp::socket::Socket::Tcp(s) = self.sockets.remove(h) {
             if s.recv_capacity() == RECEIVE_BUFFER {
                 self.large_receive_buffers -= 1;
+            }
+            if self.spare_buffers.len() < SPARE_BUFFERS {
+                let (receive, send) = s.into_buffers();
+                self.spare_buffers.push(SocketBuffers { receive, send });
             }
         }
     }
@@ -1143,13 +1160,20 @@ fn relay_one(c: &mut Connection, s: &mut tcp::Socket, ready: &Ready) -> bool {
     !over
 }
 
-/// A TCP socket of the stack, as every connection has it, with a receive buffer of
-/// `receive` bytes.
-fn new_tcp_socket(receive: usize) -> tcp::Socket<'static> {
-    let mut socket = tcp::Socket::new(
-        tcp::SocketBuffer::new(vec![0; receive]),
-        tcp::SocketBuffer::new(vec![0; SEND_BUFFER]),
-    );
+/// A TCP socket's two buffers.
+struct SocketBuffers {
+    receive: tcp::SocketBuffer<'static>,
+    send: tcp::SocketBuffer<'static>,
+}
+
+/// Ended sockets' buffers kept for new ones: a socket's are megabytes, and allocating them
+/// zeroed cost more than the rest of a connection's setup (a connection opened and closed
+/// at a time). The most memory kept so is this many large receive and send buffers.
+const SPARE_BUFFERS: usize = 8;
+
+/// A TCP socket of the stack, as every connection has it, over `buffers`.
+fn new_tcp_socket(buffers: SocketBuffers) -> tcp::Socket<'static> {
+    let mut socket = tcp::Socket::new(buffers.receive, buffers.send);
     socket.set_congestion_control(tcp::CongestionControl::Cubic);
     socket.set_tsval_generator(Some(tsval));
     // Linux's floor (RFC 8961 allows it): a retransmission that loss recovery could not
