@@ -24,11 +24,12 @@
 # CC_B=ALGORITHM sets that (cubic, say, where the host's default is BBR), for how the
 # stack receives from a sender of that kind.
 #
-# PERF_DIR=DIR (with CPUS_A; needs perf) records `perf record -g` of host A's CPUs during each run, to
-# DIR/PATH[-R].data (rr, connect: DIR/PATH-KIND.data; the last run of each is kept): where
-# A's CPU goes on each path (`perf report -i FILE --no-children --sort dso,sym`). The CPU
-# columns then include perf's own sampling. PERF_CALL_GRAPH=dwarf records the callers of
-# functions without frame pointers too (the C library's memcpy), at a much higher cost.
+# PERF_DIR=DIR (with CPUS_A; needs perf) records `perf record -g` of host A's CPUs during each
+# stream, loss, rr or connect run, to DIR/PATH[-R].data (rr, connect: DIR/PATH-KIND.data;
+# the last run of each is kept): where A's CPU goes on each path (`perf report -i FILE
+# --no-children --sort dso,sym`). The CPU columns then include perf's own sampling.
+# PERF_CALL_GRAPH=dwarf records the callers of functions without frame pointers too (the C
+# library's memcpy), at a much higher cost.
 #
 # CPUS_A=0 CPUS_B=1 (taskset lists) confine each host's processes (daemons, `ordo run`,
 # clients, servers) to those CPUs: two hosts of their own instead of two sharing the
