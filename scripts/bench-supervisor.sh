@@ -2,7 +2,8 @@
 # What `ordo run`'s supervisor costs a program's datagrams outside the tunnel. Every program
 # under `ordo run` runs under its seccomp filter (crates/ordo/src/run/supervise.rs), which
 # stops each sendto with a destination, sendmsg and sendmmsg for the supervisor to read where
-# it goes: a UDP-heavy program pays one round trip to the supervisor per unconnected
+# it goes, unless the preload library marked it as checked (ordo_attach::CHECKED_SEND): a
+# program that bypasses the library pays one round trip to the supervisor per unconnected
 # datagram, even to the host's own networks. Connected sockets' send and write are not
 # stopped. python3 sends 100-byte datagrams to a socket of its own on loopback, unconnected
 # (sendto) and connected (send), plain and under `ordo run`, interleaved, RUNS times.

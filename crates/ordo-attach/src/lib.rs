@@ -27,6 +27,14 @@ pub const ENV_ROUTES: &str = "ORDO_ATTACH_ROUTES";
 /// written: addresses are name servers, anything else a search domain), set by `ordo run`.
 pub const ENV_DNS: &str = "ORDO_ATTACH_DNS";
 
+/// A flag of the library's own sends (sendto, sendmsg, sendmmsg) whose destination it has
+/// checked, or that have none: `ordo run`'s supervisor lets them by without stopping them.
+/// A flag of receive calls (MSG_CMSG_CLOEXEC) that the kernel's send calls ignore, and that
+/// no program gives them. A program that set it on purpose would slip by the supervisor,
+/// as by the connect it lets by (crates/ordo/src/run/supervise.rs): the supervisor keeps
+/// programs from leaking by accident, it is no sandbox.
+pub const CHECKED_SEND: libc::c_int = libc::MSG_CMSG_CLOEXEC;
+
 const MAGIC: [u8; 4] = *b"ORDA";
 /// The protocol's version: a service refuses requests of another.
 pub const VERSION: u8 = 2;

@@ -124,7 +124,7 @@ fn send_with_fds(fd: RawFd, bytes: &[u8], pass: &[RawFd]) -> io::Result<()> {
     let msg = rights.send_header(&mut iov, pass);
     loop {
         // SAFETY: `msg` describes `bytes` and the control buffer, both alive for the call.
-        let n = unsafe { real::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        let n = unsafe { real::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | ordo_attach::CHECKED_SEND) };
         if n == bytes.len() as isize {
             return Ok(());
         }

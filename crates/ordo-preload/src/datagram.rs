@@ -123,7 +123,7 @@ pub unsafe fn send_to(
     msg.msg_iov = parts.as_mut_ptr();
     msg.msg_iovlen = parts.len();
     // SAFETY: `msg` points at `parts`, whose entries point at live buffers, for the call.
-    let n = unsafe { real::sendmsg(fd, &msg, flags | libc::MSG_NOSIGNAL) };
+    let n = unsafe { real::sendmsg(fd, &msg, flags | libc::MSG_NOSIGNAL | ordo_attach::CHECKED_SEND) };
     if n < 0 {
         return n;
     }

@@ -776,6 +776,17 @@ unsafe fn destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Desti
     }
 }
 
+/// `flags` marked as a send whose destination the library checked (or that has none), for
+/// `ordo run`'s supervisor to let by (ordo_attach::CHECKED_SEND): only where the library
+/// knows the tunnel's networks, so that it did check.
+fn checked(flags: c_int) -> c_int {
+    if settings().is_some() {
+        flags | ordo_attach::CHECKED_SEND
+    } else {
+        flags
+    }
+}
+
 /// sendto(2): see [`destination`]; everything else is the C library's.
 ///
 /// # Safety
@@ -796,7 +807,7 @@ pub unsafe extern "C" fn sendto(
             -1
         }
         // SAFETY: the caller's buffer, without the destination.
-        Destination::Dropped => unsafe { real::sendto(fd, buf, len, flags, std::ptr::null(), 0) },
+        Destination::Dropped => unsafe { real::sendto(fd, buf, len, checked(flags), std::ptr::null(), 0) },
         Destination::Addressed { to, marker, via_host } => {
             let iov = libc::iovec {
                 iov_base: buf as *mut libc::c_void,
@@ -806,7 +817,7 @@ pub unsafe extern "C" fn sendto(
             unsafe { datagram::send_to(fd, marker, to, via_host, &iov, 1, flags) }
         }
         // SAFETY: the caller's arguments, unchanged.
-        Destination::Kernel => unsafe { real::sendto(fd, buf, len, flags, addr, addr_len) },
+        Destination::Kernel => unsafe { real::sendto(fd, buf, len, checked(flags), addr, addr_len) },
     }
 }
 
@@ -829,7 +840,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
                 m.msg_name = std::ptr::null_mut();
                 m.msg_namelen = 0;
                 // SAFETY: the caller's message, without the destination.
-                return unsafe { real::sendmsg(fd, &m, flags) };
+                return unsafe { real::sendmsg(fd, &m, checked(flags)) };
             }
             Destination::Addressed { to, marker, via_host } => {
                 // Its payload with the header; its control messages (the IP options of
@@ -842,8 +853,8 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
             Destination::Kernel => {}
         }
     }
-    // SAFETY: the caller's arguments, unchanged.
-    unsafe { real::sendmsg(fd, msg, flags) }
+    // SAFETY: the caller's arguments, unchanged but for the mark.
+    unsafe { real::sendmsg(fd, msg, checked(flags)) }
 }
 
 /// sendmmsg(2): as [`sendto`]; the messages before the first refused are sent, and their
@@ -907,7 +918,7 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::
             m.msg_hdr.msg_namelen = 0;
         }
         // SAFETY: the copy has `allowed` entries, pointing at the caller's buffers.
-        let sent = unsafe { real::sendmmsg(fd, copy.as_mut_ptr(), allowed, flags) };
+        let sent = unsafe { real::sendmmsg(fd, copy.as_mut_ptr(), allowed, checked(flags)) };
         for (i, m) in copy.iter().enumerate().take(sent.max(0) as usize) {
             // SAFETY: `i` < `allowed`, an entry of the caller's array.
             unsafe { (*msgs.add(i)).msg_len = m.msg_len };
@@ -919,7 +930,7 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::
         return -1;
     }
     // SAFETY: the caller's arguments, the count cut at the first refused message.
-    unsafe { real::sendmmsg(fd, msgs, allowed, flags) }
+    unsafe { real::sendmmsg(fd, msgs, allowed, checked(flags)) }
 }
 
 /// Where a datagram read from `fd` came from, if `fd` is a tunnel UDP socket: its remote

@@ -49,13 +49,15 @@ const AUDIT_ARCH: u32 = 0xC000_00B7;
 /// x32 system calls carry this bit in their number on x86_64.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
-/// Where in `struct seccomp_data` the filter reads: the number, the ABI, the 2nd and 3rd
-/// arguments' low words (getsockopt's level and name), the 5th argument (sendto's
-/// destination) as two 32-bit words, little-endian.
+/// Where in `struct seccomp_data` the filter reads: the number, the ABI, the 2nd, 3rd and
+/// 4th arguments' low words (getsockopt's level and name; sendmsg's flags; sendto's and
+/// sendmmsg's flags), the 5th argument (sendto's destination) as two 32-bit words,
+/// little-endian.
 const DATA_NR: u32 = 0;
 const DATA_ARCH: u32 = 4;
 const DATA_ARG1_LOW: u32 = 16 + 8;
 const DATA_ARG2_LOW: u32 = 16 + 2 * 8;
+const DATA_ARG3_LOW: u32 = 16 + 3 * 8;
 const DATA_ARG4_LOW: u32 = 16 + 4 * 8;
 const DATA_ARG4_HIGH: u32 = DATA_ARG4_LOW + 4;
 
@@ -76,8 +78,11 @@ enum To {
     Allow,
     Notify,
     NoSys,
-    /// sendto: stopped only with a destination.
+    /// sendto: stopped only with a destination, unless the library checked it.
     Sendto,
+    /// sendmsg, sendmmsg: stopped unless the library checked their destinations.
+    Sendmsg,
+    Sendmmsg,
     /// getsockopt: stopped only for SO_ERROR.
     Sockopt,
     /// connect: stopped unless its address is a whole sockaddr_un.
@@ -140,6 +145,13 @@ impl Filter {
     pub fn new() -> Filter {
         const JEQ: u32 = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
         const JGE: u32 = libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K;
+        const JSET: u32 = libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K;
+        let checked = |yes: To, no: To| Step::Jump {
+            code: JSET,
+            k: ordo_attach::CHECKED_SEND as u32,
+            yes,
+            no,
+        };
         let jeq = |k: u32, yes: To, no: To| Step::Jump { code: JEQ, k, yes, no };
         let is = |nr: libc::c_long, yes: To| jeq(nr as u32, yes, To::Next);
         let steps = [
@@ -153,15 +165,26 @@ impl Filter {
                 no: To::Next,
             },
             is(libc::SYS_connect, To::Connect),
-            is(libc::SYS_sendmsg, To::Notify),
-            is(libc::SYS_sendmmsg, To::Notify),
+            is(libc::SYS_sendmsg, To::Sendmsg),
+            is(libc::SYS_sendmmsg, To::Sendmmsg),
             is(libc::SYS_getsockname, To::Notify),
             is(libc::SYS_getpeername, To::Notify),
             is(libc::SYS_io_uring_setup, To::NoSys),
             is(libc::SYS_getsockopt, To::Sockopt),
             jeq(libc::SYS_sendto as u32, To::Sendto, To::Allow),
+            // The library's own sends, their destinations checked (ordo_attach::CHECKED_SEND):
+            // a stop for each would cost a tunnel datagram of an unconnected socket, and a
+            // datagram to the host's networks, a round trip to this process.
+            Step::Here(To::Sendmsg),
+            Step::Load(DATA_ARG2_LOW),
+            checked(To::Allow, To::Notify),
+            Step::Here(To::Sendmmsg),
+            Step::Load(DATA_ARG3_LOW),
+            checked(To::Allow, To::Notify),
             // sendto: only with a destination (a null pointer is a plain send).
             Step::Here(To::Sendto),
+            Step::Load(DATA_ARG3_LOW),
+            checked(To::Allow, To::Next),
             Step::Load(DATA_ARG4_LOW),
             jeq(0, To::Next, To::Notify),
             Step::Load(DATA_ARG4_HIGH),
@@ -782,7 +805,9 @@ mod tests {
 
     /// The filter on a real child: a connect to an address the "tunnel" holds fails with
     /// ENETUNREACH, one elsewhere reaches the kernel (ECONNREFUSED from loopback), sendto
-    /// with a tunnel destination fails, and io_uring is not there.
+    /// and sendmsg with a tunnel destination fail unless marked as the library's checked
+    /// sends (to port 0, which the kernel refuses with EINVAL once a send is let by), and
+    /// io_uring is not there.
     #[test]
     fn a_child_under_the_filter() {
         let routes = vec![Route {
@@ -801,16 +826,22 @@ mod tests {
             try: u.sendto(b'x', ('192.0.2.7', 53)); out.append('sent')\n\
             except OSError as e: out.append(errno.errorcode[e.errno])\n\
             u.sendto(b'x', ('127.0.0.1', 9)); out.append('sent')\n\
+            to = ('192.0.2.7', 0)\n\
+            for send in (lambda f: u.sendto(b'x', f, to), lambda f: u.sendmsg([b'x'], [], f, to)):\n\
+            \x20   for flags in (0, CHECKED):\n\
+            \x20       try: send(flags); out.append('sent')\n\
+            \x20       except OSError as e: out.append(errno.errorcode[e.errno])\n\
             print(' '.join(out))\n";
+        let script = format!("CHECKED = {}\n{script}", ordo_attach::CHECKED_SEND);
         let mut command = Command::new("python3");
-        command.args(["-c", script]).stdout(std::process::Stdio::piped());
+        command.args(["-c", &script]).stdout(std::process::Stdio::piped());
         // No stack behind the socket: the connect to the tunnel fails closed.
         let Supervised { child, supervisor } =
             spawn(&mut command, routes, "/nonexistent/attach.sock".into()).expect("spawning python3 under the filter");
         let out = child.wait_with_output().unwrap();
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
-            "ENETUNREACH ECONNREFUSED ENETUNREACH sent"
+            "ENETUNREACH ECONNREFUSED ENETUNREACH sent ENETUNREACH EINVAL ENETUNREACH EINVAL"
         );
         // With the program gone, the supervisor ends (it used to spin on the receive's ENOENT
         // for as long as `ordo run` lingered).
