@@ -960,8 +960,9 @@ impl State {
         while i < self.connections.len() {
             let c = &mut self.connections[i];
             let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
+            // Each asked only if the set may have found it hung up.
             let ready = &self.ready;
-            let gone = |w_hung: bool, fd: RawFd| w_hung && hung_up(fd);
+            let gone = |may_be: bool, fd: RawFd| may_be && hung_up(fd);
             let abandoned = (c.waiting.as_ref()).is_some_and(|(control, _)| {
                 gone(c.app.may_be(ready, HANG_UP), c.app.as_raw_fd())
                     || gone(control.may_be(ready, HANG_UP), control.as_raw_fd())
