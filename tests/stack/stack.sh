@@ -192,6 +192,19 @@ except ConnectionRefusedError:
 ") || fail "the program failed: $got"
     log "    $got"
     [[ $got == $'interrupted 0.5\nconnected again' ]] || fail "got: $got"
+    # A destination the library does not read (an IPv6 address of the older 24-byte size,
+    # which the kernel takes) is not marked as checked (ordo_attach::CHECKED_SEND): the
+    # supervisor refuses it, rather than the kernel sending it by its own route (to port 0,
+    # where the kernel would answer EINVAL).
+    got=$(ordo_run "$PY" -c "
+import ctypes, errno, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+addr = struct.pack('=HHI16s', socket.AF_INET6, 0, 0, socket.inet_pton(socket.AF_INET6, '$IN6_B'))
+r = libc.sendto(s.fileno(), b'x', 1, 0, addr, len(addr))
+print(r, errno.errorcode.get(ctypes.get_errno()))
+") || fail "the program failed: $got"
+    [[ $got == "-1 ENETUNREACH" ]] || fail "a 24-byte IPv6 destination: $got"
 }
 
 # iperf3_server: a one-shot iperf3 server on B's tunnel address; returns once it listens.

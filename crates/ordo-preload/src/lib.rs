@@ -787,6 +787,17 @@ fn checked(flags: c_int) -> c_int {
     }
 }
 
+/// Whether a send to `addr` may be marked checked: it has no destination, or one the library
+/// read, and so judged. The kernel takes some addresses the library does not read (an IPv6
+/// one of the older 24-byte size): those are left for the supervisor to judge.
+///
+/// # Safety
+/// `addr` is null or points to `len` readable bytes.
+unsafe fn judged(addr: *const sockaddr, len: socklen_t) -> bool {
+    // SAFETY: the caller's contract.
+    addr.is_null() || unsafe { addr::read(addr, len) }.is_some()
+}
+
 /// sendto(2): see [`destination`]; everything else is the C library's.
 ///
 /// # Safety
@@ -816,8 +827,11 @@ pub unsafe extern "C" fn sendto(
             // SAFETY: one iovec of the caller's buffer.
             unsafe { datagram::send_to(fd, marker, to, via_host, &iov, 1, flags) }
         }
-        // SAFETY: the caller's arguments, unchanged.
-        Destination::Kernel => unsafe { real::sendto(fd, buf, len, checked(flags), addr, addr_len) },
+        // SAFETY: the caller's arguments, unchanged but for the mark.
+        Destination::Kernel => unsafe {
+            let flags = if judged(addr, addr_len) { checked(flags) } else { flags };
+            real::sendto(fd, buf, len, flags, addr, addr_len)
+        },
     }
 }
 
@@ -853,8 +867,14 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
             Destination::Kernel => {}
         }
     }
+    // SAFETY: `msg` is null or the caller's header, as sendmsg(2) promises it.
+    let flags = match unsafe { msg.as_ref() } {
+        // SAFETY: the header's own destination.
+        Some(m) if unsafe { judged(m.msg_name.cast(), m.msg_namelen) } => checked(flags),
+        _ => flags,
+    };
     // SAFETY: the caller's arguments, unchanged but for the mark.
-    unsafe { real::sendmsg(fd, msg, checked(flags)) }
+    unsafe { real::sendmsg(fd, msg, flags) }
 }
 
 /// sendmmsg(2): as [`sendto`]; the messages before the first refused are sent, and their
@@ -891,10 +911,13 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::
     let mut allowed = n;
     let mut refused = 0;
     let mut dropped = false;
+    let mut all_judged = true;
     if settings().is_some() && !msgs.is_null() {
         for i in 0..n {
             // SAFETY: `msgs` has `n` entries, as sendmmsg(2) promises.
             let h = unsafe { &(*msgs.add(i as usize)).msg_hdr };
+            // SAFETY: the entry's own destination.
+            all_judged &= unsafe { judged(h.msg_name.cast(), h.msg_namelen) };
             // SAFETY: the entry's own destination.
             match unsafe { destination(fd, h.msg_name.cast(), h.msg_namelen) } {
                 Destination::Refused(errno) => {
@@ -929,8 +952,13 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::
         set_errno(refused);
         return -1;
     }
+    let flags = if all_judged && !msgs.is_null() {
+        checked(flags)
+    } else {
+        flags
+    };
     // SAFETY: the caller's arguments, the count cut at the first refused message.
-    unsafe { real::sendmmsg(fd, msgs, allowed, checked(flags)) }
+    unsafe { real::sendmmsg(fd, msgs, allowed, flags) }
 }
 
 /// Where a datagram read from `fd` came from, if `fd` is a tunnel UDP socket: its remote
