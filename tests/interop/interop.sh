@@ -1349,7 +1349,9 @@ t_top() {
     grep "ordo top: $IF_B, model auto, outer path udp, 1 peer (q: quit)" <<<"$screen" >/dev/null \
         || fail "no title: $screen"
     grep -E "^│decrypt +0\.[0-9]{2} +[0-9]{4,}" <<<"$screen" >/dev/null || fail "no decrypt stage at work: $screen"
-    grep -E "^│${PUB_A:0:12} +[0-9.]+ (G|M)bit/s" <<<"$screen" >/dev/null || fail "no rate for A: $screen"
+    # The key's start as it is (a base64 key may hold + and /), then the rate on its line.
+    grep -F "│${PUB_A:0:12} " <<<"$screen" | grep -E "^│.{12} +[0-9.]+ (G|M)bit/s" >/dev/null \
+        || fail "no rate for A: $screen"
     grep -E "^│(0|1) +[0-9]+%" <<<"$screen" >/dev/null || fail "no CPU rows: $screen"
     grep "Warnings" <<<"$screen" >/dev/null || fail "no warnings box: $screen"
     tmux send-keys -t "$session" q
