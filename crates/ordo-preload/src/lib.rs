@@ -699,8 +699,13 @@ pub unsafe extern "C" fn posix_spawnp(
 /// What a send with a destination does on a descriptor.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Destination {
-    /// Handed to the C library as it is.
+    /// Handed to the C library as it is: no destination, or one the library read and found
+    /// outside the tunnel (so marked as checked for `ordo run`'s supervisor, [`checked`]).
     Kernel,
+    /// Handed to the C library as it is, unmarked: a destination the library does not read
+    /// (not IP, or an IPv6 address of the older 24-byte size, which the kernel takes), left
+    /// for the supervisor to judge.
+    Unread,
     /// Fails with this errno: ENETUNREACH for a tunnel destination from a socket that
     /// cannot reach it (bound by the kernel, or not UDP: it fails closed, never leaving by
     /// the kernel's route), or for a destination outside the tunnel from an unconnected
@@ -736,7 +741,8 @@ unsafe fn destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Desti
         // kernel's would not (its stand-in would take the record and the service drop it).
         return match datagram::addressed(fd) {
             Some(t) if t.remote.is_none() => Destination::Refused(libc::EDESTADDRREQ),
-            _ => Destination::Kernel,
+            _ if addr.is_null() => Destination::Kernel,
+            _ => Destination::Unread,
         };
     };
     let to_tunnel = ordo_attach::through_tunnel(&s.routes, dest.ip());
@@ -787,17 +793,6 @@ fn checked(flags: c_int) -> c_int {
     }
 }
 
-/// Whether a send to `addr` may be marked checked: it has no destination, or one the library
-/// read, and so judged. The kernel takes some addresses the library does not read (an IPv6
-/// one of the older 24-byte size): those are left for the supervisor to judge.
-///
-/// # Safety
-/// `addr` is null or points to `len` readable bytes.
-unsafe fn judged(addr: *const sockaddr, len: socklen_t) -> bool {
-    // SAFETY: the caller's contract.
-    addr.is_null() || unsafe { addr::read(addr, len) }.is_some()
-}
-
 /// sendto(2): see [`destination`]; everything else is the C library's.
 ///
 /// # Safety
@@ -828,10 +823,9 @@ pub unsafe extern "C" fn sendto(
             unsafe { datagram::send_to(fd, marker, to, via_host, &iov, 1, flags) }
         }
         // SAFETY: the caller's arguments, unchanged but for the mark.
-        Destination::Kernel => unsafe {
-            let flags = if judged(addr, addr_len) { checked(flags) } else { flags };
-            real::sendto(fd, buf, len, flags, addr, addr_len)
-        },
+        Destination::Kernel => unsafe { real::sendto(fd, buf, len, checked(flags), addr, addr_len) },
+        // SAFETY: the caller's arguments, unchanged.
+        Destination::Unread => unsafe { real::sendto(fd, buf, len, flags, addr, addr_len) },
     }
 }
 
@@ -841,6 +835,7 @@ pub unsafe extern "C" fn sendto(
 /// As sendmsg(2).
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> libc::ssize_t {
+    let mut mark = false;
     if !msg.is_null() {
         // SAFETY: `msg` is the caller's message header, as sendmsg(2) promises it.
         match unsafe { destination(fd, (*msg).msg_name.cast(), (*msg).msg_namelen) } {
@@ -864,15 +859,11 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
                     datagram::send_to(fd, marker, to, via_host, (*msg).msg_iov, (*msg).msg_iovlen, flags)
                 };
             }
-            Destination::Kernel => {}
+            Destination::Kernel => mark = true,
+            Destination::Unread => {}
         }
     }
-    // SAFETY: `msg` is null or the caller's header, as sendmsg(2) promises it.
-    let flags = match unsafe { msg.as_ref() } {
-        // SAFETY: the header's own destination.
-        Some(m) if unsafe { judged(m.msg_name.cast(), m.msg_namelen) } => checked(flags),
-        _ => flags,
-    };
+    let flags = if mark { checked(flags) } else { flags };
     // SAFETY: the caller's arguments, unchanged but for the mark.
     unsafe { real::sendmsg(fd, msg, flags) }
 }
@@ -911,13 +902,11 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::
     let mut allowed = n;
     let mut refused = 0;
     let mut dropped = false;
-    let mut all_judged = true;
+    let mut unread = false;
     if settings().is_some() && !msgs.is_null() {
         for i in 0..n {
             // SAFETY: `msgs` has `n` entries, as sendmmsg(2) promises.
             let h = unsafe { &(*msgs.add(i as usize)).msg_hdr };
-            // SAFETY: the entry's own destination.
-            all_judged &= unsafe { judged(h.msg_name.cast(), h.msg_namelen) };
             // SAFETY: the entry's own destination.
             match unsafe { destination(fd, h.msg_name.cast(), h.msg_namelen) } {
                 Destination::Refused(errno) => {
@@ -926,6 +915,7 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::
                     break;
                 }
                 Destination::Dropped => dropped = true,
+                Destination::Unread => unread = true,
                 // Taken above.
                 Destination::Addressed { .. } | Destination::Kernel => {}
             }
@@ -952,10 +942,12 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: libc::
         set_errno(refused);
         return -1;
     }
-    let flags = if all_judged && !msgs.is_null() {
-        checked(flags)
-    } else {
+    // Marked only if every message's destination was read (none was, without the settings:
+    // then the mark is not set at all).
+    let flags = if unread || msgs.is_null() {
         flags
+    } else {
+        checked(flags)
     };
     // SAFETY: the caller's arguments, the count cut at the first refused message.
     unsafe { real::sendmmsg(fd, msgs, allowed, flags) }

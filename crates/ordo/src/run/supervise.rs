@@ -704,10 +704,6 @@ fn parse_sockaddr(b: &[u8]) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, port))
 }
 
-/// Spawns `command` under the filter, with the supervisor answering for it: TCP and UDP
-/// connects to `routes` made through the stack at `socket`, other calls with destinations
-/// in them refused. The filter is set in the child between fork and exec, and its listener
-/// handed to this process over [`ListenerHandover`].
 /// A program started under the filter, and the thread that answers its filter's
 /// notifications (it ends when no process is left under the filter).
 pub struct Supervised {
@@ -715,6 +711,10 @@ pub struct Supervised {
     pub supervisor: JoinHandle<()>,
 }
 
+/// Spawns `command` under the filter, with the supervisor answering for it: TCP and UDP
+/// connects to `routes` made through the stack at `socket`, other calls with destinations
+/// in them refused. The filter is set in the child between fork and exec, and its listener
+/// handed to this process over [`ListenerHandover`].
 pub fn spawn(command: &mut Command, routes: Vec<Route>, socket: PathBuf) -> Result<Supervised> {
     notif_sizes().context(
         "this kernel has no seccomp user notification: programs that bypass the C library could not be kept \
