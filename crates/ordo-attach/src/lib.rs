@@ -35,6 +35,13 @@ pub const ENV_DNS: &str = "ORDO_ATTACH_DNS";
 /// programs from leaking by accident, it is no sandbox.
 pub const CHECKED_SEND: libc::c_int = libc::MSG_CMSG_CLOEXEC;
 
+/// The fourth argument of the library's connect(2) system calls to Unix sockets (its own to
+/// the attach socket, and a program's whose address is AF_UNIX): connect takes three, the
+/// kernel ignores the fourth, and `ordo run`'s filter lets these by without stopping them.
+/// An address's length does not tell them apart: a program's union of socket addresses may
+/// be a sockaddr_un's size with an IPv4 address in it.
+pub const CHECKED_CONNECT: u64 = u64::from_be_bytes(*b"ordo-unx");
+
 const MAGIC: [u8; 4] = *b"ORDA";
 /// The protocol's version: a service refuses requests of another.
 pub const VERSION: u8 = 2;

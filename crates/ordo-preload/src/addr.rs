@@ -3,10 +3,6 @@
 use libc::{sockaddr, sockaddr_in, sockaddr_in6, sockaddr_storage, socklen_t, AF_INET, AF_INET6};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
-/// The address at `addr` (`len` bytes), if it is IPv4 or IPv6 and long enough.
-///
-/// # Safety
-/// `addr` is null or points to `len` readable bytes.
 /// An IPv4-mapped IPv6 address as the IPv4 address it stands for (how an IPv6 socket reaches
 /// an IPv4 destination); others unchanged.
 pub fn unmapped(a: SocketAddr) -> SocketAddr {
@@ -47,12 +43,59 @@ pub fn kernel_name(fd: i32) -> Result<Option<SocketAddr>, ()> {
 /// # Safety
 /// `addr` is null or points to `len` readable bytes.
 pub unsafe fn is_unspec(addr: *const sockaddr, len: socklen_t) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe { is_family(addr, len, libc::AF_UNSPEC) }
+}
+
+/// Whether `addr` is long enough to hold a family, and that family is `family`.
+///
+/// # Safety
+/// `addr` is null or points to `len` readable bytes.
+pub unsafe fn is_family(addr: *const sockaddr, len: socklen_t, family: i32) -> bool {
     // SAFETY: the family is read only if `len` covers it.
     !addr.is_null()
         && (len as usize) >= std::mem::size_of::<libc::sa_family_t>()
-        && i32::from(unsafe { std::ptr::read_unaligned(&(*addr).sa_family) }) == libc::AF_UNSPEC
+        && i32::from(unsafe { std::ptr::read_unaligned(&(*addr).sa_family) }) == family
 }
 
+/// The destination a send on socket `fd` goes to for an AF_UNSPEC address: on an IPv4
+/// socket the kernel reads it as IPv4 (net/ipv4/udp.c: a forgotten family, as in a zeroed
+/// sockaddr_in); None otherwise (an IPv6 UDP socket takes it as no address).
+///
+/// # Safety
+/// `addr` is null or points to `len` readable bytes.
+pub unsafe fn unspec_destination(fd: i32, addr: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
+    // SAFETY: the caller's contract.
+    if !unsafe { is_unspec(addr, len) } || (len as usize) < std::mem::size_of::<sockaddr_in>() {
+        return None;
+    }
+    let mut domain: libc::c_int = 0;
+    let mut size = std::mem::size_of::<libc::c_int>() as socklen_t;
+    // SAFETY: an int option read into `domain`, `size` its size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            (&mut domain as *mut libc::c_int).cast(),
+            &mut size,
+        )
+    };
+    if r != 0 || domain != AF_INET {
+        return None;
+    }
+    // SAFETY: `len` covers a sockaddr_in (checked above); an unaligned read of it.
+    let a: sockaddr_in = unsafe { std::ptr::read_unaligned(addr.cast()) };
+    Some(SocketAddr::V4(SocketAddrV4::new(
+        Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+        u16::from_be(a.sin_port),
+    )))
+}
+
+/// The address at `addr` (`len` bytes), if it is IPv4 or IPv6 and long enough.
+///
+/// # Safety
+/// `addr` is null or points to `len` readable bytes.
 pub unsafe fn read(addr: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
     if addr.is_null() || (len as usize) < std::mem::size_of::<libc::sa_family_t>() {
         return None;

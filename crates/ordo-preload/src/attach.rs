@@ -103,9 +103,9 @@ fn connect_unix(fd: RawFd, path: &Path) -> io::Result<()> {
     }
     let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
     loop {
-        // SAFETY: `sun` is a valid sockaddr_un of `len` bytes. The C library's connect, not
-        // ours: a Unix socket is never the tunnel's, and our hook must not see its own calls.
-        if unsafe { real::connect(fd, (&sun as *const libc::sockaddr_un).cast(), len) } == 0 {
+        // SAFETY: `sun` is a valid sockaddr_un of `len` bytes. Not our hook: a Unix socket is
+        // never the tunnel's, and our hook must not see its own calls.
+        if unsafe { real::connect_unix(fd, (&sun as *const libc::sockaddr_un).cast(), len) } == 0 {
             return Ok(());
         }
         let e = io::Error::last_os_error();

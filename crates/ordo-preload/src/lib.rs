@@ -112,6 +112,13 @@ pub unsafe extern "C" fn connect(fd: c_int, address: *const sockaddr, len: sockl
         _ => None,
     };
     let Some((s, dest)) = tunnel else {
+        // SAFETY: the caller's address of `len` bytes, its family read if it has one.
+        if settings().is_some() && unsafe { addr::is_family(address, len, libc::AF_UNIX) } {
+            // Never an IP destination: the kernel's IP sockets refuse an AF_UNIX address.
+            // Marked so that `ordo run`'s supervisor need not stop it.
+            // SAFETY: the caller's arguments, unchanged.
+            return unsafe { real::connect_unix(fd, address, len) };
+        }
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real::connect(fd, address, len) };
     };
@@ -735,8 +742,10 @@ unsafe fn destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Desti
     let Some(s) = settings() else {
         return Destination::Kernel;
     };
-    // SAFETY: the caller's contract.
-    let Some(dest) = (unsafe { addr::read(addr, len) }).map(addr::unmapped) else {
+    // SAFETY: the caller's contract, for both readings. A family of 0 is how the kernel's
+    // IPv4 socket takes it (a zeroed sockaddr_in whose family was forgotten).
+    let read = unsafe { addr::read(addr, len).or_else(|| addr::unspec_destination(fd, addr, len)) };
+    let Some(dest) = read.map(addr::unmapped) else {
         // No destination: an unconnected tunnel UDP socket has nowhere to send, as the
         // kernel's would not (its stand-in would take the record and the service drop it).
         return match datagram::addressed(fd) {

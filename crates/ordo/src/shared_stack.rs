@@ -92,6 +92,9 @@ pub fn serve(cfg: &WgQuickConfig, source: &Path, ifname: &str, privileges: &Priv
         }
     }
     daemon::exit_on_panic(Some(uapi_path.clone()));
+    if let Err(e) = daemon::raise_descriptor_limit() {
+        log::warn!("cannot raise the limit on open descriptors: {e}");
+    }
     daemon::privileges::not_dumpable()?;
     // Started as root, it needs root no more: a stack interface needs no capability, and
     // its user may not remove root's files, which a janitor each removes when it ends.

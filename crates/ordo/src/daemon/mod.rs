@@ -11,7 +11,7 @@ use crate::placement::model::PlaneConfig;
 use crate::uapi;
 use anyhow::{bail, Context, Result};
 use privileges::{not_dumpable, Privileges};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -122,9 +122,36 @@ pub fn exit_on_panic(uapi_path: Option<std::path::PathBuf>) {
     }));
 }
 
+/// Raises this process's soft limit on open descriptors to its hard limit. A service gets a
+/// soft limit of 1024 by default (systemd's, for select(2)'s sake, which Ordo does not use):
+/// clients of the metrics endpoint, the UAPI socket and the stack's connections must not run
+/// the data plane out of descriptors long before the hard limit. Returns the limit now.
+pub fn raise_descriptor_limit() -> io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills `limit`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: setrlimit reads `limit`; raising the soft limit up to the hard one needs no
+        // privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(limit.rlim_cur)
+}
+
 /// Runs the interface until it is deleted, its socket removed, or a signal arrives.
 pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Result<()> {
     crate::logging::init(ifname, log::LevelFilter::Info);
+    if let Err(e) = raise_descriptor_limit() {
+        log::warn!("cannot raise the limit on open descriptors: {e}");
+    }
     let log = open_detached_log()?;
     let device = Device::create(ifname, config).with_context(|| format!("cannot create interface {ifname}"))?;
     if std::env::var_os(UNDER_LOAD_ENV).is_some() {

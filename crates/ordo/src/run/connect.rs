@@ -19,7 +19,7 @@
 //! run/stand_ins.rs (the filter stops those calls too). A datagram's source still names the
 //! Unix socket.
 
-use super::listener::{inode, respond, take_fd, thread_group};
+use super::listener::{inode, respond, Caller};
 use super::stand_ins::{Names, StandIns};
 use ordo_attach::rights::Rights;
 use ordo_attach::{Filler, Op, Reply, Request, REPLY_LEN};
@@ -45,8 +45,8 @@ pub struct Stopped<'a> {
     pub stand_ins: &'a StandIns,
     /// The notification's id.
     pub id: u64,
-    /// The calling thread.
-    pub tid: u32,
+    /// The calling process.
+    pub caller: &'a Caller,
     /// The program's socket.
     pub fd: RawFd,
 }
@@ -54,9 +54,8 @@ pub struct Stopped<'a> {
 /// Makes the stopped connect to `dest` through the stack at `socket`. Err: the errno to
 /// fail the call with.
 pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer, i32> {
-    let (listener, stand_ins, id, tid, fd) = (call.listener, call.stand_ins, call.id, call.tid, call.fd);
-    let pid = thread_group(tid).ok_or(libc::ESRCH)?;
-    let original = take_fd(pid as i32, fd).map_err(|e| errno(&e))?;
+    let (listener, stand_ins, id, tid, fd) = (call.listener, call.stand_ins, call.id, call.caller.tid, call.fd);
+    let original = call.caller.take_fd(listener, id, fd).map_err(|e| errno(&e))?;
     let family = int_option(original.as_raw_fd(), libc::SO_DOMAIN).unwrap_or(0);
     let inet = family == libc::AF_INET || family == libc::AF_INET6;
     // TCP and UDP are carried; anything else to the tunnel fails closed.
@@ -139,7 +138,7 @@ pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer,
 /// records are its datagrams, as the library makes it (`connect_datagram` in
 /// crates/ordo-preload). Answered at once: connecting UDP sends nothing.
 fn connect_datagram(call: Stopped, family: i32, socket: &Path, dest: SocketAddr) -> Result<Answer, i32> {
-    let cloexec = close_on_exec(call.tid, call.fd);
+    let cloexec = close_on_exec(call.caller.tid, call.fd);
     let (stand_in, service_end) = socket_pair(libc::SOCK_SEQPACKET).map_err(|e| errno(&e))?;
     let request = Request {
         op: Op::ConnectUdp,

@@ -1,28 +1,108 @@
 //! The seccomp listener's side of a stopped call, shared by the supervisor
 //! (run/supervise.rs) and the connects it makes from outside (run/connect.rs): answering it,
-//! and reaching the stopped program's descriptors.
+//! and reaching the stopped program's memory and descriptors.
 
+use std::fs::File;
 use std::io;
 use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileExt;
 
-/// A copy of descriptor `fd` of process `pid` (pidfd_getfd(2): the parent may, as it may
-/// trace its child).
-pub fn take_fd(pid: i32, fd: i32) -> io::Result<OwnedFd> {
+/// The process of a stopped call, reached through handles opened before the call is checked
+/// to still wait: a process that died meanwhile and whose number went to another would
+/// otherwise have that other process read or written (seccomp_unotify(2), "Design goals;
+/// the use of SECCOMP_USER_NOTIF_FLAG_CONTINUE" and the ID_VALID check it describes).
+pub struct Caller {
+    /// The calling thread.
+    pub tid: u32,
+    /// /proc/TID/mem, or why it could not be opened (a process that is not dumpable, or that
+    /// Yama's ptrace scope keeps from us: its memory cannot be read).
+    memory: Result<File, io::Error>,
+    /// A pidfd of its process, once asked for ([`Caller::take_fd`]).
+    process: std::cell::OnceCell<Option<OwnedFd>>,
+}
+
+impl Caller {
+    /// The caller of notification `id` by thread `tid`; None if the call no longer waits.
+    pub fn open(listener: &OwnedFd, id: u64, tid: u32) -> Option<Caller> {
+        let memory = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{tid}/mem"));
+        let caller = Caller {
+            tid,
+            memory,
+            process: std::cell::OnceCell::new(),
+        };
+        still_waits(listener, id).then_some(caller)
+    }
+
+    /// Whether its memory can be read at all.
+    pub fn readable(&self) -> bool {
+        self.memory.is_ok()
+    }
+
+    /// `buf.len()` bytes at `address` in its memory; None if they cannot all be read.
+    pub fn read(&self, address: u64, buf: &mut [u8]) -> Option<()> {
+        if address == 0 || buf.is_empty() {
+            return None;
+        }
+        self.memory.as_ref().ok()?.read_exact_at(buf, address).ok()
+    }
+
+    /// Writes `bytes` at `address` in its memory.
+    pub fn write(&self, address: u64, bytes: &[u8]) -> Option<()> {
+        if address == 0 {
+            return None;
+        }
+        self.memory.as_ref().ok()?.write_all_at(bytes, address).ok()
+    }
+
+    /// A copy of its descriptor `fd` (pidfd_getfd(2)). The pidfd is opened at the first
+    /// call and checked against notification `id`, so that the copy is of this process's.
+    pub fn take_fd(&self, listener: &OwnedFd, id: u64, fd: RawFd) -> io::Result<OwnedFd> {
+        let process = self.process.get_or_init(|| {
+            let pid = thread_group(self.tid)?;
+            let pidfd = pidfd_open(pid as i32).ok()?;
+            still_waits(listener, id).then_some(pidfd)
+        });
+        let pidfd = process
+            .as_ref()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+        pidfd_getfd(pidfd, fd)
+    }
+}
+
+/// Whether notification `id` still waits for its answer (SECCOMP_IOCTL_NOTIF_ID_VALID).
+pub fn still_waits(listener: &OwnedFd, id: u64) -> bool {
+    // SAFETY: NOTIF_ID_VALID reads the id.
+    unsafe { libc::ioctl(listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &id) == 0 }
+}
+
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: plain pidfd_open.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if pidfd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: a descriptor pidfd_open just returned, ours alone.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
-    // SAFETY: plain pidfd_getfd on the pidfd above.
+    Ok(unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) })
+}
+
+fn pidfd_getfd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: plain pidfd_getfd on an open pidfd.
     let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
     if copy < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: a descriptor pidfd_getfd just returned, ours alone.
     Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
+}
+
+/// A copy of descriptor `fd` of process `pid` (pidfd_getfd(2): the parent may, as it may
+/// trace its child).
+pub fn take_fd(pid: i32, fd: i32) -> io::Result<OwnedFd> {
+    pidfd_getfd(&pidfd_open(pid)?, fd)
 }
 
 /// Whether every process under the filter has ended: the listener then reports a hang-up

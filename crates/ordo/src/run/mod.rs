@@ -21,7 +21,7 @@ use ordo_attach::{Dns, Route};
 use std::ffi::OsString;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixListener;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -32,6 +32,13 @@ const PRELOAD_NAME: &str = "libordo_preload.so";
 /// Runs `command` attached to a private stack interface made from the wg-quick file at
 /// `config`; returns the exit code to leave with (the command's, or 128 + its signal).
 pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
+    // A panic in the stack's or the supervisor's thread ends `ordo run` (and so the program,
+    // see Program::run), never leaving a program whose tunnel or supervisor is gone.
+    crate::daemon::exit_on_panic(None);
+    // The stack holds descriptors per connection; the program gets the limit as it was
+    // (programs that use select(2) count on a soft limit of 1024).
+    let child_limit = descriptor_limit();
+    let _ = crate::daemon::raise_descriptor_limit();
     if command.is_empty() {
         bail!("ordo run: no command given");
     }
@@ -47,6 +54,7 @@ pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
         socket,
         routes: stack.routes.clone(),
         dns: cfg.interface.dns.map(|(_, d)| d),
+        child_limit,
     };
     let status = program.run(command)?;
     // What the program wrote before it ended is still on its way: deliver it first.
@@ -59,6 +67,7 @@ pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
 /// `Inner = stack` file, by this user): its networks as it has them now (the peers' allowed
 /// IPs read over UAPI), its `DNS =`. The interface runs on when the program ends.
 pub fn run_attached(name: &str, command: &[OsString]) -> Result<i32> {
+    crate::daemon::exit_on_panic(None);
     let preload = preload_library()?;
     if let Some((owner, name)) = name.split_once(':') {
         // Another user's interface, which lets this one attach (`AttachUsers =`): its
@@ -69,6 +78,7 @@ pub fn run_attached(name: &str, command: &[OsString]) -> Result<i32> {
             socket: shared.socket,
             routes: stack_interface::routes(&shared.addresses, shared.allowed.into_iter()),
             dns: shared.dns,
+            child_limit: None,
         };
         return program.run(command);
     }
@@ -83,6 +93,7 @@ pub fn run_attached(name: &str, command: &[OsString]) -> Result<i32> {
         socket: shared.socket,
         routes: stack_interface::routes(&shared.addresses, allowed),
         dns: shared.dns,
+        child_limit: None,
     };
     program.run(command)
 }
@@ -93,6 +104,9 @@ struct Program {
     socket: PathBuf,
     routes: Vec<Route>,
     dns: Option<Dns>,
+    /// The limit on open descriptors the program starts with, where this process raised its
+    /// own.
+    child_limit: Option<libc::rlimit>,
 }
 
 impl Program {
@@ -118,10 +132,39 @@ impl Program {
             Some(dns) if !dns.servers.is_empty() => command.env(ordo_attach::ENV_DNS, dns.format()),
             _ => command.env_remove(ordo_attach::ENV_DNS),
         };
+        // Processes the program starts and leaves (a double fork, a daemon) stay this
+        // process's descendants instead of going to init: the supervisor may read their
+        // memory where Yama's ptrace scope allows descendants only, and they are waited
+        // for below.
+        // SAFETY: plain prctl.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("becoming the program's subreaper");
+        }
+        // The program ends with this process, however it ends (a panic of ours, SIGKILL):
+        // it must never run on unsupervised. Processes it left behind are not signalled,
+        // but with the supervisor gone every call the filter stops fails (ENOSYS).
+        // SAFETY: getpid cannot fail.
+        let parent = unsafe { libc::getpid() };
+        let child_limit = self.child_limit;
+        // SAFETY: only system calls, between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                if let Some(limit) = &child_limit {
+                    libc::setrlimit(libc::RLIMIT_NOFILE, limit);
+                }
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            })
+        };
         // What bypasses the library (static programs, Go, raw system calls) is kept from the
         // kernel's route by a seccomp supervisor (supervise.rs): set up in the child between
         // fork and exec, its listener handed to this process.
-        let supervise::Supervised { mut child, supervisor } =
+        let supervise::Supervised { child, supervisor } =
             supervise::spawn(&mut command, self.routes.clone(), self.socket.clone())
                 .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
         // Not waited for: processes the program leaves behind stay under the filter, and the
@@ -133,14 +176,61 @@ impl Program {
             libc::signal(libc::SIGINT, libc::SIG_IGN);
             libc::signal(libc::SIGQUIT, libc::SIG_IGN);
         }
-        let status = child.wait().context("waiting for the program")?;
+        let status = wait_for_all(child.id() as libc::pid_t)?;
         // SAFETY: back to the default dispositions: a Ctrl-C now ends what follows.
         unsafe {
             libc::signal(libc::SIGINT, libc::SIG_DFL);
             libc::signal(libc::SIGQUIT, libc::SIG_DFL);
         }
-        Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+        Ok(status)
     }
+}
+
+/// Waits for the program `main` and every process left under this one (the subreaper's
+/// orphans, reaped as they end): they use the tunnel, which ends with this process. Returns
+/// the program's exit code (or 128 + its signal).
+fn wait_for_all(main: libc::pid_t) -> Result<i32> {
+    let mut code = None;
+    let mut told = false;
+    loop {
+        let mut status = 0;
+        // Once the program has ended, a look without waiting first: to say why this goes on.
+        let flags = if code.is_some() && !told { libc::WNOHANG } else { 0 };
+        // SAFETY: waitpid writes the status into `status`.
+        let pid = unsafe { libc::waitpid(-1, &mut status, flags) };
+        if pid < 0 {
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ECHILD) => break,
+                _ => return Err(std::io::Error::last_os_error()).context("waiting for the program"),
+            }
+        }
+        if pid == 0 {
+            told = true;
+            eprintln!(
+                "ordo run: the program ended; processes it left behind still use the tunnel, waited for \
+                 (Ctrl-C ends ordo run, and their tunnel with it)"
+            );
+            // SAFETY: the default disposition: a Ctrl-C now ends this process.
+            unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+            continue;
+        }
+        if pid == main {
+            let exit = std::process::ExitStatus::from_raw(status);
+            code = Some(exit.code().unwrap_or_else(|| 128 + exit.signal().unwrap_or(0)));
+        }
+    }
+    code.context("the program was not among this process's children")
+}
+
+/// This process's limit on open descriptors.
+fn descriptor_limit() -> Option<libc::rlimit> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills `limit`.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0).then_some(limit)
 }
 
 /// Where the preload library is.

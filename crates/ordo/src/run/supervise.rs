@@ -27,7 +27,9 @@
 //! setuid program then runs without its privileges, as it ignores LD_PRELOAD anyway).
 
 use super::connect::{self, Answer};
-use super::listener::{inode, notif_sizes, notif_words, orphaned, respond, send_response, take_fd, thread_group};
+use super::listener::{
+    inode, notif_sizes, notif_words, orphaned, respond, send_response, take_fd, thread_group, Caller,
+};
 use super::stand_ins::StandIns;
 use anyhow::{Context, Result};
 use ordo_attach::Route;
@@ -49,15 +51,17 @@ const AUDIT_ARCH: u32 = 0xC000_00B7;
 /// x32 system calls carry this bit in their number on x86_64.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
-/// Where in `struct seccomp_data` the filter reads: the number, the ABI, the 2nd, 3rd and
-/// 4th arguments' low words (getsockopt's level and name; sendmsg's flags; sendto's and
-/// sendmmsg's flags), the 5th argument (sendto's destination) as two 32-bit words,
-/// little-endian.
+/// Where in `struct seccomp_data` the filter reads: the number, the ABI, the arguments' low
+/// words (prctl's option and value; getsockopt's level and name; sendmsg's, sendto's and
+/// sendmmsg's flags), the 4th argument (connect's mark) and the 5th (sendto's destination)
+/// as two 32-bit words, little-endian.
 const DATA_NR: u32 = 0;
 const DATA_ARCH: u32 = 4;
+const DATA_ARG0_LOW: u32 = 16;
 const DATA_ARG1_LOW: u32 = 16 + 8;
 const DATA_ARG2_LOW: u32 = 16 + 2 * 8;
 const DATA_ARG3_LOW: u32 = 16 + 3 * 8;
+const DATA_ARG3_HIGH: u32 = DATA_ARG3_LOW + 4;
 const DATA_ARG4_LOW: u32 = 16 + 4 * 8;
 const DATA_ARG4_HIGH: u32 = DATA_ARG4_LOW + 4;
 
@@ -85,8 +89,10 @@ enum To {
     Sendmmsg,
     /// getsockopt: stopped only for SO_ERROR.
     Sockopt,
-    /// connect: stopped unless its address is a whole sockaddr_un.
+    /// connect: stopped unless marked as the library's to a Unix socket.
     Connect,
+    /// prctl: stopped only for PR_SET_DUMPABLE to 0.
+    Prctl,
 }
 
 /// One step of the filter, before its jumps are counted.
@@ -171,6 +177,7 @@ impl Filter {
             is(libc::SYS_getpeername, To::Notify),
             is(libc::SYS_io_uring_setup, To::NoSys),
             is(libc::SYS_getsockopt, To::Sockopt),
+            is(libc::SYS_prctl, To::Prctl),
             jeq(libc::SYS_sendto as u32, To::Sendto, To::Allow),
             // The library's own sends, their destinations checked (ordo_attach::CHECKED_SEND):
             // a stop for each would cost a tunnel datagram of an unconnected socket, and a
@@ -189,13 +196,22 @@ impl Filter {
             jeq(0, To::Next, To::Notify),
             Step::Load(DATA_ARG4_HIGH),
             jeq(0, To::Allow, To::Notify),
-            // connect: not with an address the size of a whole sockaddr_un, as the preload
-            // library gives when it reaches the stack (it never gives the kernel a tunnel
-            // address): a connect per connection spared. Nothing else gives an IPv4 or
-            // IPv6 address that length but a program that means to slip by.
+            // connect: not the library's to a Unix socket (the attach socket, or a program's
+            // AF_UNIX address), marked in the fourth argument (ordo_attach::CHECKED_CONNECT),
+            // which connect does not have and the kernel ignores: a stop per connection
+            // spared. Only a program that means to slip by gives it.
             Step::Here(To::Connect),
-            Step::Load(DATA_ARG2_LOW),
-            jeq(size_of::<libc::sockaddr_un>() as u32, To::Allow, To::Notify),
+            Step::Load(DATA_ARG3_LOW),
+            jeq(ordo_attach::CHECKED_CONNECT as u32, To::Next, To::Notify),
+            Step::Load(DATA_ARG3_HIGH),
+            jeq((ordo_attach::CHECKED_CONNECT >> 32) as u32, To::Allow, To::Notify),
+            // prctl: PR_SET_DUMPABLE to 0 only, which would keep the program's memory, and
+            // so its destinations, from being read here.
+            Step::Here(To::Prctl),
+            Step::Load(DATA_ARG0_LOW),
+            jeq(libc::PR_SET_DUMPABLE as u32, To::Next, To::Allow),
+            Step::Load(DATA_ARG1_LOW),
+            jeq(0, To::Notify, To::Allow),
             // getsockopt: only SO_ERROR (how a connect made from outside ended).
             Step::Here(To::Sockopt),
             Step::Load(DATA_ARG1_LOW),
@@ -347,12 +363,29 @@ enum Verdict {
     Continue,
     /// A connect to the tunnel: made through the stack from outside.
     Connect { fd: RawFd, dest: SocketAddr },
-    /// It fails with ENETUNREACH: its destination is in the tunnel.
-    Refuse(SocketAddr),
+    /// It fails with ENETUNREACH, for this reason.
+    Refuse(Refusal),
     /// getsockopt(SO_ERROR): answered here if the socket is a stand-in whose connect failed.
     SocketError { fd: RawFd, value: u64, len: u64 },
     /// getsockname or getpeername (`peer`): answered here if the socket is a stand-in.
     Name { fd: RawFd, addr: u64, len: u64, peer: bool },
+    /// prctl(PR_SET_DUMPABLE, 0): fails with EPERM, so that the program's memory stays
+    /// readable here and its calls can be judged.
+    StayDumpable,
+}
+
+/// Why a call that may send is refused: fail closed, whatever cannot be judged for certain
+/// is refused rather than let by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Refusal {
+    /// Its destination is in the tunnel, and the call cannot be carried there.
+    Tunnel(SocketAddr),
+    /// Where it goes cannot be read: the process is not dumpable (it ran a program it may
+    /// not read, or changed its credentials), or the address is not in its memory.
+    Unreadable,
+    /// An address of an IP family, or of none (AF_UNSPEC, which a send on an IPv4 socket
+    /// takes as IPv4), too short to hold an address.
+    Short { family: u16, len: usize },
 }
 
 /// SECCOMP_IOCTL_NOTIF_SET_FLAGS's one flag (linux/seccomp.h, Linux 6.6), which the libc
@@ -365,8 +398,8 @@ pub struct Supervisor {
     routes: Vec<Route>,
     /// The stack's attach socket, for connects made from outside.
     socket: PathBuf,
-    /// Processes told about already (one message each).
-    told: HashSet<u32>,
+    /// What each process was told already (one message of each kind).
+    told: HashSet<(u32, &'static str)>,
     /// The stand-ins made from outside, for SO_ERROR and their names.
     stand_ins: StandIns,
 }
@@ -426,62 +459,79 @@ impl Supervisor {
             }
             // SAFETY: the buffer is at least a seccomp_notif, aligned, filled by the kernel.
             let n: libc::seccomp_notif = unsafe { std::ptr::read(notif.as_ptr().cast()) };
-            let verdict = self.judge(&n);
-            // The program's memory was read: the answer holds only if the call still waits
-            // (the caller was not killed and its id reused meanwhile).
-            // SAFETY: NOTIF_ID_VALID reads the id.
-            if unsafe { libc::ioctl(self.listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_ID_VALID, &n.id) } < 0 {
+            // Its memory opened, then the call checked to still wait: what is read and
+            // written below is the caller's, not a process that took its number since.
+            let Some(caller) = Caller::open(&self.listener, n.id, n.pid) else {
                 continue;
+            };
+            let verdict = self.judge(&n, &caller);
+            self.answer(&n, &caller, verdict);
+        }
+    }
+
+    fn answer(&mut self, n: &libc::seccomp_notif, caller: &Caller, verdict: Verdict) {
+        let listener = &self.listener;
+        match verdict {
+            Verdict::Continue => go_on(listener, n.id),
+            Verdict::Connect { fd, dest } => {
+                let call = connect::Stopped {
+                    listener,
+                    stand_ins: &self.stand_ins,
+                    id: n.id,
+                    caller,
+                    fd,
+                };
+                match connect::connect(call, &self.socket, dest) {
+                    Ok(Answer::Now(value)) => respond(listener, n.id, value),
+                    Ok(Answer::Later) => {}
+                    Err(errno) => {
+                        respond(listener, n.id, -errno);
+                        if errno == libc::ENETUNREACH {
+                            self.tell(n.pid, Refusal::Tunnel(dest));
+                        }
+                    }
+                }
             }
-            match verdict {
-                Verdict::Continue => go_on(&self.listener, n.id),
-                Verdict::Connect { fd, dest } => {
-                    let call = connect::Stopped {
-                        listener: &self.listener,
-                        stand_ins: &self.stand_ins,
-                        id: n.id,
-                        tid: n.pid,
-                        fd,
-                    };
-                    match connect::connect(call, &self.socket, dest) {
-                        Ok(Answer::Now(value)) => respond(&self.listener, n.id, value),
-                        Ok(Answer::Later) => {}
-                        Err(errno) => {
-                            if errno == libc::ENETUNREACH {
-                                self.tell(n.pid, dest);
-                            }
-                            respond(&self.listener, n.id, -errno);
-                        }
-                    }
+            Verdict::Refuse(why) => {
+                respond(listener, n.id, -libc::ENETUNREACH);
+                self.tell(n.pid, why);
+            }
+            Verdict::StayDumpable => {
+                respond(listener, n.id, -libc::EPERM);
+                self.tell_once(
+                    n.pid,
+                    "dumpable",
+                    "asked not to be dumpable: refused (EPERM), so that where its connections go can still be \
+                     read and checked",
+                );
+            }
+            Verdict::SocketError { fd, value, len } => {
+                let stand_in = caller
+                    .take_fd(listener, n.id, fd)
+                    .ok()
+                    .and_then(|c| inode(c.as_raw_fd()));
+                match stand_in.and_then(|i| self.stand_ins.take_error(i)) {
+                    Some(errno) if write_int_option(caller, value, len, errno).is_some() => respond(listener, n.id, 0),
+                    _ => go_on(listener, n.id),
                 }
-                Verdict::Refuse(dest) => {
-                    self.tell(n.pid, dest);
-                    respond(&self.listener, n.id, -libc::ENETUNREACH);
-                }
-                Verdict::SocketError { fd, value, len } => {
-                    let memory = Memory { pid: n.pid };
-                    match stand_in(n.pid, fd).and_then(|i| self.stand_ins.take_error(i)) {
-                        Some(errno) if memory.write_int_option(value, len, errno).is_some() => {
-                            respond(&self.listener, n.id, 0)
-                        }
-                        _ => go_on(&self.listener, n.id),
-                    }
-                }
-                Verdict::Name { fd, addr, len, peer } => {
-                    let memory = Memory { pid: n.pid };
-                    match stand_in(n.pid, fd).and_then(|i| self.stand_ins.names(i)) {
-                        None => go_on(&self.listener, n.id),
-                        Some(names) if peer && !names.connected => respond(&self.listener, n.id, -libc::ENOTCONN),
-                        Some(names) => {
-                            let name = if peer {
-                                names.remote
-                            } else {
-                                names.local.unwrap_or_else(|| unspecified(names.remote))
-                            };
-                            match memory.write_sockaddr(addr, len, names.family, name) {
-                                Some(()) => respond(&self.listener, n.id, 0),
-                                None => respond(&self.listener, n.id, -libc::EFAULT),
-                            }
+            }
+            Verdict::Name { fd, addr, len, peer } => {
+                let stand_in = caller
+                    .take_fd(listener, n.id, fd)
+                    .ok()
+                    .and_then(|c| inode(c.as_raw_fd()));
+                match stand_in.and_then(|i| self.stand_ins.names(i)) {
+                    None => go_on(listener, n.id),
+                    Some(names) if peer && !names.connected => respond(listener, n.id, -libc::ENOTCONN),
+                    Some(names) => {
+                        let name = if peer {
+                            names.remote
+                        } else {
+                            names.local.unwrap_or_else(|| unspecified(names.remote))
+                        };
+                        match write_sockaddr(caller, addr, len, names.family, name) {
+                            Some(()) => respond(listener, n.id, 0),
+                            None => respond(listener, n.id, -libc::EFAULT),
                         }
                     }
                 }
@@ -489,18 +539,22 @@ impl Supervisor {
         }
     }
 
-    /// The verdict on one stopped call: refused if any of its destinations is in the tunnel.
-    fn judge(&self, n: &libc::seccomp_notif) -> Verdict {
+    /// The verdict on one stopped call: a connect to the tunnel is carried, a send with any
+    /// destination in the tunnel refused, and so is any call whose destination cannot be read
+    /// for certain.
+    fn judge(&self, n: &libc::seccomp_notif, caller: &Caller) -> Verdict {
         let args = n.data.args;
-        let memory = Memory { pid: n.pid };
         let destinations = match i64::from(n.data.nr) {
             libc::SYS_connect => {
-                return match memory.sockaddr(args[1], args[2]) {
-                    Some(dest) if ordo_attach::through_tunnel(&self.routes, dest.ip()) => Verdict::Connect {
-                        fd: args[0] as RawFd,
-                        dest,
+                return match read_destinations(caller, args[1], args[2], Call::Connect) {
+                    Err(why) => Verdict::Refuse(why),
+                    Ok(d) => match d.first() {
+                        Some(&dest) if ordo_attach::through_tunnel(&self.routes, dest.ip()) => Verdict::Connect {
+                            fd: args[0] as RawFd,
+                            dest,
+                        },
+                        _ => Verdict::Continue,
                     },
-                    _ => Verdict::Continue,
                 };
             }
             libc::SYS_getsockname | libc::SYS_getpeername => {
@@ -518,32 +572,66 @@ impl Supervisor {
                     len: args[4],
                 };
             }
-            libc::SYS_sendto => vec![memory.sockaddr(args[4], args[5])],
-            libc::SYS_sendmsg => vec![memory.message_destination(args[1])],
+            libc::SYS_prctl if args[0] == libc::PR_SET_DUMPABLE as u64 && args[1] == 0 => {
+                return Verdict::StayDumpable;
+            }
+            libc::SYS_sendto => vec![read_destinations(caller, args[4], args[5], Call::Send)],
+            libc::SYS_sendmsg => vec![message_destinations(caller, args[1])],
             libc::SYS_sendmmsg => (0..(args[2] as usize).min(MAX_MMSG))
-                .map(|i| memory.message_destination(args[1] + (i * size_of::<libc::mmsghdr>()) as u64))
+                .map(|i| message_destinations(caller, args[1] + (i * size_of::<libc::mmsghdr>()) as u64))
                 .collect(),
-            _ => Vec::new(),
+            _ => return Verdict::Continue,
         };
-        destinations
-            .into_iter()
-            .flatten()
+        let mut all = Vec::new();
+        for d in destinations {
+            match d {
+                Ok(d) => all.extend(d),
+                Err(why) => return Verdict::Refuse(why),
+            }
+        }
+        all.into_iter()
             .find(|d| ordo_attach::through_tunnel(&self.routes, d.ip()))
-            .map_or(Verdict::Continue, Verdict::Refuse)
+            .map_or(Verdict::Continue, |d| Verdict::Refuse(Refusal::Tunnel(d)))
     }
 
-    fn tell(&mut self, tid: u32, dest: SocketAddr) {
+    /// One message per process and kind of refusal: why its call failed.
+    fn tell(&mut self, tid: u32, why: Refusal) {
+        match why {
+            Refusal::Tunnel(dest) => self.tell_once(
+                tid,
+                "tunnel",
+                &format!(
+                    "reached for {dest} without the C library (a static or Go program, or a raw system call): \
+                     refused (ENETUNREACH) rather than let it leave by the kernel's route. Programs that bypass the \
+                     C library are carried through the stack for TCP and connected UDP only; run others with \
+                     `ordo up` and TUN"
+                ),
+            ),
+            Refusal::Unreadable => self.tell_once(
+                tid,
+                "unreadable",
+                "made a connect or a send whose destination cannot be read (the process is not dumpable, or the \
+                 address is not in its memory): refused (ENETUNREACH), since it could be a tunnel address. Run \
+                 programs that must not be dumpable with `ordo up` and TUN",
+            ),
+            Refusal::Short { family, len } => self.tell_once(
+                tid,
+                "short",
+                &format!(
+                    "gave a socket address of family {family} and {len} bytes, too short to hold an IP address: \
+                     refused (ENETUNREACH) rather than guess where the kernel would send it"
+                ),
+            ),
+        }
+    }
+
+    fn tell_once(&mut self, tid: u32, kind: &'static str, what: &str) {
         let pid = thread_group(tid).unwrap_or(tid);
-        if !self.told.insert(pid) {
+        if !self.told.insert((pid, kind)) {
             return;
         }
         let name = std::fs::read_to_string(format!("/proc/{tid}/comm")).unwrap_or_default();
-        eprintln!(
-            "ordo run: {} (pid {pid}) reached for {dest} without the C library (a static or Go program, or a raw \
-             system call): refused (ENETUNREACH) rather than let it leave by the kernel's route. Programs that \
-             bypass the C library are not carried through the stack yet; run them with `ordo up` and TUN.",
-            name.trim()
-        );
+        eprintln!("ordo run: {} (pid {pid}) {what}.", name.trim());
     }
 }
 
@@ -558,13 +646,6 @@ fn go_on(listener: &OwnedFd, id: u64) {
             flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
         },
     );
-}
-
-/// The inode of thread `tid`'s descriptor `fd`: a stand-in of ours, perhaps.
-fn stand_in(tid: u32, fd: RawFd) -> Option<u64> {
-    let pid = thread_group(tid)?;
-    let copy = take_fd(pid as i32, fd).ok()?;
-    inode(copy.as_raw_fd())
 }
 
 /// The unspecified address of `like`'s family, port 0: a stand-in's name before the stack
@@ -602,106 +683,110 @@ fn sockaddr_bytes(family: i32, addr: SocketAddr) -> Vec<u8> {
     }
 }
 
-/// A stopped program's memory, read with process_vm_readv(2).
-struct Memory {
-    pid: u32,
+/// Writes `addr` as getsockname(2) does: at most the program's `*len` bytes at `address`,
+/// and the whole length at `len_address`.
+fn write_sockaddr(caller: &Caller, address: u64, len_address: u64, family: i32, addr: SocketAddr) -> Option<()> {
+    let mut len = [0u8; 4];
+    caller.read(len_address, &mut len)?;
+    let room = u32::from_ne_bytes(len) as usize;
+    let bytes = sockaddr_bytes(family, addr);
+    let n = room.min(bytes.len());
+    if n > 0 {
+        caller.write(address, &bytes[..n])?;
+    }
+    caller.write(len_address, &(bytes.len() as u32).to_ne_bytes())
 }
 
-impl Memory {
-    fn read(&self, address: u64, buf: &mut [u8]) -> Option<()> {
-        if address == 0 || buf.is_empty() {
-            return None;
-        }
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: address as *mut libc::c_void,
-            iov_len: buf.len(),
-        };
-        // SAFETY: `local` is our buffer; the remote address is only read by the kernel, in
-        // the program's address space, and checked there.
-        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        (n == buf.len() as isize).then_some(())
+/// Writes `value` as an int socket option's answer: at `address`, its length (4) at
+/// `len_address`, if the program's buffer has room for it.
+fn write_int_option(caller: &Caller, address: u64, len_address: u64, value: i32) -> Option<()> {
+    let mut len = [0u8; 4];
+    caller.read(len_address, &mut len)?;
+    if u32::from_ne_bytes(len) < 4 {
+        return None;
     }
-
-    /// The socket address of `len` bytes at `address`, if it is an IPv4 or IPv6 one.
-    fn sockaddr(&self, address: u64, len: u64) -> Option<SocketAddr> {
-        let len = (len as usize).min(MAX_SOCKADDR);
-        let mut buf = [0u8; MAX_SOCKADDR];
-        self.read(address, &mut buf[..len])?;
-        parse_sockaddr(&buf[..len])
-    }
-
-    /// Writes `addr` as getsockname(2) does: at most the program's `*len` bytes at
-    /// `address`, and the whole length at `len_address`.
-    fn write_sockaddr(&self, address: u64, len_address: u64, family: i32, addr: SocketAddr) -> Option<()> {
-        let mut len = [0u8; 4];
-        self.read(len_address, &mut len)?;
-        let room = u32::from_ne_bytes(len) as usize;
-        let bytes = sockaddr_bytes(family, addr);
-        let n = room.min(bytes.len());
-        if n > 0 {
-            self.write(address, &bytes[..n])?;
-        }
-        self.write(len_address, &(bytes.len() as u32).to_ne_bytes())
-    }
-
-    /// Writes `value` as an int socket option's answer: at `address`, its length (4) at
-    /// `len_address`, if the program's buffer has room for it.
-    fn write_int_option(&self, address: u64, len_address: u64, value: i32) -> Option<()> {
-        let mut len = [0u8; 4];
-        self.read(len_address, &mut len)?;
-        if u32::from_ne_bytes(len) < 4 {
-            return None;
-        }
-        self.write(address, &value.to_ne_bytes())?;
-        self.write(len_address, &4u32.to_ne_bytes())
-    }
-
-    fn write(&self, address: u64, bytes: &[u8]) -> Option<()> {
-        if address == 0 {
-            return None;
-        }
-        let local = libc::iovec {
-            iov_base: bytes.as_ptr() as *mut libc::c_void,
-            iov_len: bytes.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: address as *mut libc::c_void,
-            iov_len: bytes.len(),
-        };
-        // SAFETY: `local` is only read; the remote address is written by the kernel in the
-        // program's address space, where the program gave it for this answer.
-        let n = unsafe { libc::process_vm_writev(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        (n == bytes.len() as isize).then_some(())
-    }
-
-    /// The destination of the message header at `address`, if it names one.
-    fn message_destination(&self, address: u64) -> Option<SocketAddr> {
-        let mut buf = [0u8; size_of::<libc::msghdr>()];
-        self.read(address, &mut buf)?;
-        // SAFETY: `buf` holds the bytes of a msghdr; every bit pattern is one.
-        let header: libc::msghdr = unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) };
-        self.sockaddr(header.msg_name as u64, u64::from(header.msg_namelen))
-    }
+    caller.write(address, &value.to_ne_bytes())?;
+    caller.write(len_address, &4u32.to_ne_bytes())
 }
 
-/// An IPv4 or IPv6 socket address from its bytes (an IPv4-mapped IPv6 one as IPv4, as the
-/// kernel would send it).
-fn parse_sockaddr(b: &[u8]) -> Option<SocketAddr> {
-    let family = i32::from(u16::from_ne_bytes(b.get(..2)?.try_into().ok()?));
-    let port = u16::from_be_bytes(b.get(2..4)?.try_into().ok()?);
-    let ip = match family {
-        libc::AF_INET => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(b.get(4..8)?).ok()?)),
-        libc::AF_INET6 => {
-            let v6 = Ipv6Addr::from(<[u8; 16]>::try_from(b.get(8..24)?).ok()?);
-            v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
-        }
-        _ => return None,
+/// Which call gave an address: the kernel reads AF_UNSPEC differently for each.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Call {
+    Connect,
+    Send,
+}
+
+/// The IP destinations the kernel may send to for the socket address of `len` bytes at
+/// `address` in the caller's memory (none: no address, or not an IP one); Err if it must be
+/// refused unread.
+fn read_destinations(caller: &Caller, address: u64, len: u64, call: Call) -> Result<Vec<SocketAddr>, Refusal> {
+    // A null address, or one of no length, is none: the kernel reads nothing either.
+    if address == 0 || len == 0 {
+        return Ok(Vec::new());
+    }
+    if !caller.readable() {
+        return Err(Refusal::Unreadable);
+    }
+    // Longer than a sockaddr_storage the kernel refuses (EINVAL); its start is read anyway.
+    let len = (len as usize).min(MAX_SOCKADDR);
+    let mut buf = [0u8; MAX_SOCKADDR];
+    caller.read(address, &mut buf[..len]).ok_or(Refusal::Unreadable)?;
+    destinations(&buf[..len], call)
+}
+
+/// The destinations of the message header at `address`.
+fn message_destinations(caller: &Caller, address: u64) -> Result<Vec<SocketAddr>, Refusal> {
+    let mut buf = [0u8; size_of::<libc::msghdr>()];
+    if address == 0 {
+        return Ok(Vec::new());
+    }
+    caller.read(address, &mut buf).ok_or(Refusal::Unreadable)?;
+    // SAFETY: `buf` holds the bytes of a msghdr; every bit pattern is one.
+    let header: libc::msghdr = unsafe { std::ptr::read_unaligned(buf.as_ptr().cast()) };
+    read_destinations(
+        caller,
+        header.msg_name as u64,
+        u64::from(header.msg_namelen),
+        Call::Send,
+    )
+}
+
+/// The IP destinations a socket address's bytes may stand for, as the kernel reads them
+/// (net/ipv4/udp.c, net/ipv6/udp.c, net/ipv4/raw.c, net/ipv6/raw.c, net/ipv4/af_inet.c):
+/// AF_INET and AF_INET6 as themselves (an IPv4-mapped IPv6 address as IPv4, as it is sent);
+/// AF_UNSPEC given to connect dissolves an association and reaches no one, given to a send
+/// it is IPv4 on an IPv4 UDP or raw socket and IPv6 on an IPv6 raw one (both are returned);
+/// any other family is refused by every IP socket. An IP family too short for its address
+/// is refused here, as the kernel's IP sockets refuse it.
+fn destinations(b: &[u8], call: Call) -> Result<Vec<SocketAddr>, Refusal> {
+    let Some(family) = b.get(..2).map(|f| u16::from_ne_bytes([f[0], f[1]])) else {
+        // Not even a family: the kernel's IP sockets take no destination from it.
+        return Ok(Vec::new());
     };
-    Some(SocketAddr::new(ip, port))
+    let short = Refusal::Short { family, len: b.len() };
+    let v4 = |b: &[u8]| -> Option<SocketAddr> {
+        let port = u16::from_be_bytes(b.get(2..4)?.try_into().ok()?);
+        let ip = <[u8; 4]>::try_from(b.get(4..8)?).ok()?;
+        (b.len() >= size_of::<libc::sockaddr_in>()).then(|| SocketAddr::new(IpAddr::V4(ip.into()), port))
+    };
+    let v6 = |b: &[u8]| -> Option<SocketAddr> {
+        let port = u16::from_be_bytes(b.get(2..4)?.try_into().ok()?);
+        let ip = Ipv6Addr::from(<[u8; 16]>::try_from(b.get(8..24)?).ok()?);
+        Some(SocketAddr::new(
+            ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4),
+            port,
+        ))
+    };
+    match i32::from(family) {
+        libc::AF_INET => v4(b).map(|a| vec![a]).ok_or(short),
+        libc::AF_INET6 => v6(b).map(|a| vec![a]).ok_or(short),
+        libc::AF_UNSPEC if call == Call::Connect => Ok(Vec::new()),
+        libc::AF_UNSPEC => {
+            let as_v4 = v4(b).ok_or(short)?;
+            Ok(std::iter::once(as_v4).chain(v6(b)).collect())
+        }
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// A program started under the filter, and the thread that answers its filter's
@@ -762,24 +847,78 @@ mod tests {
         b
     }
 
-    #[test]
-    fn socket_addresses_are_parsed() {
-        assert_eq!(
-            parse_sockaddr(&v4([10, 1, 2, 3], 443)),
-            Some("10.1.2.3:443".parse().unwrap())
-        );
+    fn v6(a: &str, port: u16, len: usize) -> Vec<u8> {
         let mut b = vec![0u8; 28];
         b[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
-        b[2..4].copy_from_slice(&53u16.to_be_bytes());
-        b[8..24].copy_from_slice(&"::ffff:10.9.8.7".parse::<Ipv6Addr>().unwrap().octets());
-        assert_eq!(parse_sockaddr(&b), Some("10.9.8.7:53".parse().unwrap()));
-        b[8..24].copy_from_slice(&"fd00::1".parse::<Ipv6Addr>().unwrap().octets());
-        assert_eq!(parse_sockaddr(&b), Some("[fd00::1]:53".parse().unwrap()));
-        // Short, or another family: not a destination.
-        assert_eq!(parse_sockaddr(&v4([10, 1, 2, 3], 443)[..6]), None);
-        let mut unix = v4([0; 4], 0);
-        unix[..2].copy_from_slice(&(libc::AF_UNIX as u16).to_ne_bytes());
-        assert_eq!(parse_sockaddr(&unix), None);
+        b[2..4].copy_from_slice(&port.to_be_bytes());
+        b[8..24].copy_from_slice(&a.parse::<Ipv6Addr>().unwrap().octets());
+        b.truncate(len);
+        b
+    }
+
+    fn with_family(mut b: Vec<u8>, family: i32) -> Vec<u8> {
+        b[..2].copy_from_slice(&(family as u16).to_ne_bytes());
+        b
+    }
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn destinations_are_read_as_the_kernel_reads_them() {
+        for call in [Call::Connect, Call::Send] {
+            assert_eq!(
+                destinations(&v4([10, 1, 2, 3], 443), call),
+                Ok(vec![addr("10.1.2.3:443")])
+            );
+            // Longer than the family needs: the kernel reads its start.
+            let mut long = v4([10, 1, 2, 3], 443);
+            long.resize(110, 0);
+            assert_eq!(destinations(&long, call), Ok(vec![addr("10.1.2.3:443")]));
+            // IPv6 of 28 bytes and of the older 24, a scope id or not; IPv4-mapped as IPv4.
+            assert_eq!(
+                destinations(&v6("fd00::1", 53, 28), call),
+                Ok(vec![addr("[fd00::1]:53")])
+            );
+            assert_eq!(
+                destinations(&v6("fd00::1", 53, 24), call),
+                Ok(vec![addr("[fd00::1]:53")])
+            );
+            assert_eq!(
+                destinations(&v6("::ffff:10.9.8.7", 53, 28), call),
+                Ok(vec![addr("10.9.8.7:53")])
+            );
+            // Too short for an IP family: refused, not guessed.
+            assert_eq!(
+                destinations(&v4([10, 1, 2, 3], 443)[..8], call),
+                Err(Refusal::Short { family: 2, len: 8 })
+            );
+            assert_eq!(
+                destinations(&v6("fd00::1", 53, 20), call),
+                Err(Refusal::Short { family: 10, len: 20 })
+            );
+            // Another family, or no family at all: no IP destination.
+            assert_eq!(
+                destinations(&with_family(v4([10, 1, 2, 3], 1), libc::AF_UNIX), call),
+                Ok(vec![])
+            );
+            assert_eq!(destinations(&[2], call), Ok(vec![]));
+        }
+        // AF_UNSPEC: connect's way of dissolving an association, reaching no one; a send
+        // on an IPv4 socket takes it as IPv4, on an IPv6 raw socket as IPv6: both judged.
+        let unspec = with_family(v4([10, 1, 2, 3], 53), libc::AF_UNSPEC);
+        assert_eq!(destinations(&unspec, Call::Connect), Ok(vec![]));
+        assert_eq!(destinations(&unspec, Call::Send), Ok(vec![addr("10.1.2.3:53")]));
+        let unspec6 = with_family(v6("fd00::1", 53, 28), libc::AF_UNSPEC);
+        assert_eq!(
+            destinations(&unspec6, Call::Send),
+            Ok(vec![addr("0.0.0.0:53"), addr("[fd00::1]:53")])
+        );
+        assert_eq!(
+            destinations(&unspec[..8], Call::Send),
+            Err(Refusal::Short { family: 0, len: 8 })
+        );
     }
 
     #[test]
@@ -803,19 +942,50 @@ mod tests {
         );
     }
 
-    /// The filter on a real child: a connect to an address the "tunnel" holds fails with
-    /// ENETUNREACH, one elsewhere reaches the kernel (ECONNREFUSED from loopback), sendto
-    /// and sendmsg with a tunnel destination fail unless marked as the library's checked
-    /// sends (to port 0, which the kernel refuses with EINVAL once a send is let by), and
-    /// io_uring is not there.
+    /// A stand-in for the stack's attach service: every connect asked of it fails with
+    /// EHOSTDOWN, an errno nothing else here gives, so that a call taken to the stack shows.
+    fn refusing_stack() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ordo-supervise-test-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("attach.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        std::thread::spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                use std::io::{Read, Write};
+                let mut request = [0u8; ordo_attach::REQUEST_LEN];
+                let _ = conn.read_exact(&mut request);
+                let reply = ordo_attach::Reply {
+                    errno: libc::EHOSTDOWN,
+                    local: None,
+                    remote: None,
+                    marker: None,
+                };
+                let _ = conn.write_all(&reply.encode());
+            }
+        });
+        path
+    }
+
+    /// The filter on a real child: a TCP connect to an address the "tunnel" holds is taken to
+    /// the stack (EHOSTDOWN from the stand-in above), one elsewhere reaches the kernel
+    /// (ECONNREFUSED from loopback); sendto and sendmsg with a tunnel destination fail
+    /// unless marked as the library's checked sends (to port 0, which the kernel refuses
+    /// with EINVAL once a send is let by), and io_uring is not there. The forms a program
+    /// may give by accident are judged as the kernel reads them: a sendto with family 0
+    /// (AF_UNSPEC, IPv4 to the kernel), a connect with an IPv4 address the length of a
+    /// sockaddr_un (a union of socket addresses), an address too short to read; and the
+    /// program may not make itself undumpable (its destinations could no longer be read).
     #[test]
     fn a_child_under_the_filter() {
         let routes = vec![Route {
             addr: "192.0.2.0".parse().unwrap(),
             prefix: 24,
         }];
-        let script = "import socket, errno, sys\n\
+        let script = "import socket, errno, sys, ctypes, struct\n\
+            libc = ctypes.CDLL(None, use_errno=True)\n\
             out = []\n\
+            def err(r): return 'ok' if r >= 0 else errno.errorcode[ctypes.get_errno()]\n\
             s = socket.socket()\n\
             try: s.connect(('192.0.2.7', 80)); out.append('connected')\n\
             except OSError as e: out.append(errno.errorcode[e.errno])\n\
@@ -831,17 +1001,26 @@ mod tests {
             \x20   for flags in (0, CHECKED):\n\
             \x20       try: send(flags); out.append('sent')\n\
             \x20       except OSError as e: out.append(errno.errorcode[e.errno])\n\
+            def sin(family, ip, port, size):\n\
+            \x20   b = struct.pack('=HH4s', family, socket.htons(port), socket.inet_aton(ip))\n\
+            \x20   return ctypes.create_string_buffer(b + bytes(max(0, size - len(b))), max(size, len(b)))\n\
+            for family, ip in ((0, '192.0.2.7'), (0, '127.0.0.1'), (2, '192.0.2.7')):\n\
+            \x20   out.append(err(libc.sendto(u.fileno(), b'x', 1, 0, sin(family, ip, 0, 16), 16)))\n\
+            out.append(err(libc.sendto(u.fileno(), b'x', 1, 0, sin(2, '127.0.0.1', 9, 16), 8)))\n\
+            t = socket.socket()\n\
+            out.append(err(libc.connect(t.fileno(), sin(2, '192.0.2.7', 9, 110), 110)))\n\
+            out.append(err(libc.prctl(4, 0, 0, 0, 0)) + str(libc.prctl(3, 0, 0, 0, 0)))\n\
             print(' '.join(out))\n";
         let script = format!("CHECKED = {}\n{script}", ordo_attach::CHECKED_SEND);
         let mut command = Command::new("python3");
         command.args(["-c", &script]).stdout(std::process::Stdio::piped());
-        // No stack behind the socket: the connect to the tunnel fails closed.
         let Supervised { child, supervisor } =
-            spawn(&mut command, routes, "/nonexistent/attach.sock".into()).expect("spawning python3 under the filter");
+            spawn(&mut command, routes, refusing_stack()).expect("spawning python3 under the filter");
         let out = child.wait_with_output().unwrap();
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
-            "ENETUNREACH ECONNREFUSED ENETUNREACH sent ENETUNREACH EINVAL ENETUNREACH EINVAL"
+            "EHOSTDOWN ECONNREFUSED ENETUNREACH sent ENETUNREACH EINVAL ENETUNREACH EINVAL \
+             ENETUNREACH EINVAL ENETUNREACH ENETUNREACH EHOSTDOWN EPERM1"
         );
         // With the program gone, the supervisor ends (it used to spin on the receive's ENOENT
         // for as long as `ordo run` lingered).

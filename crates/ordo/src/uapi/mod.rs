@@ -2,10 +2,12 @@
 //! through which `wg` configures and reads the interface exactly as it does wireguard-go's.
 
 pub mod client;
+mod connections;
 pub mod protocol;
 
 use crate::device::Device;
 use crate::secret_text::{SecretReader, SecretText};
+use connections::{Connections, MarkBusy, MarkIdle, Slot};
 use ordo_proto::{DropReason, PeerId, PresharedKey};
 use protocol::{AllowedIpChange, DeviceView, Operation, PeerView, SetPlan, UapiError};
 use std::collections::HashMap;
@@ -13,7 +15,6 @@ use std::io::{self, BufRead, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
@@ -28,8 +29,6 @@ const MAX_REQUEST_BYTES: usize = 64 << 20;
 /// Longest a connection may stay silent in the middle of a request, or between requests, or
 /// leave its reply unread, before it is closed: `wg` writes its request at once.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once; more are closed as they come (each costs a thread).
-const MAX_CONNECTIONS: usize = 64;
 /// Pause after a failed accept (EMFILE: out of descriptors), rather than spin on it.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -115,9 +114,10 @@ fn listen_at(path: &Path) -> io::Result<UnixListener> {
 }
 
 /// Serves connections until the device stops: each on a thread of its own, at most
-/// [`MAX_CONNECTIONS`] at once, closed after [`READ_TIMEOUT`] of silence.
+/// [`connections::MAX_CONNECTIONS`] at once (idle ones shed to make room: connections.rs), closed after
+/// [`READ_TIMEOUT`] of silence.
 pub fn serve(device: Arc<Device>, listener: UnixListener) {
-    let open = Arc::new(AtomicUsize::new(0));
+    let connections = Connections::default();
     for conn in listener.incoming() {
         if device.stopped() {
             return;
@@ -130,7 +130,7 @@ pub fn serve(device: Arc<Device>, listener: UnixListener) {
                 continue;
             }
         };
-        let Some(slot) = ConnectionSlot::take(&open) else {
+        let Some(slot) = connections.admit(&conn) else {
             continue; // dropped: closed at once
         };
         // A client that neither writes nor reads its reply holds no thread for long.
@@ -141,28 +141,9 @@ pub fn serve(device: Arc<Device>, listener: UnixListener) {
         std::thread::Builder::new()
             .name("ordo-uapi".into())
             .spawn(move || {
-                let _slot = slot;
-                let _ = handle_connection(&d, conn);
+                let _ = handle_connection(&d, conn, &slot);
             })
             .ok();
-    }
-}
-
-/// One of the [`MAX_CONNECTIONS`] places, given back when dropped.
-struct ConnectionSlot(Arc<AtomicUsize>);
-
-impl ConnectionSlot {
-    fn take(open: &Arc<AtomicUsize>) -> Option<ConnectionSlot> {
-        let taken = open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < MAX_CONNECTIONS).then_some(n + 1)
-        });
-        taken.is_ok().then(|| ConnectionSlot(open.clone()))
-    }
-}
-
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -233,8 +214,16 @@ fn read_request<R: BufRead>(r: &mut R, buf: &mut Zeroizing<Vec<u8>>) -> io::Resu
 
 /// Handles requests on one connection until it closes. wg sends one request per connection;
 /// others may send several.
-fn handle_connection(device: &Arc<Device>, conn: UnixStream) -> io::Result<()> {
-    serve_requests(device, SecretReader::new(conn.try_clone()?), conn)
+fn handle_connection(device: &Arc<Device>, conn: UnixStream, slot: &Slot) -> io::Result<()> {
+    let reader = MarkBusy {
+        inner: SecretReader::new(conn.try_clone()?),
+        busy: slot.busy.clone(),
+    };
+    let writer = MarkIdle {
+        inner: conn,
+        busy: slot.busy.clone(),
+    };
+    serve_requests(device, reader, writer)
 }
 
 /// Answers the requests read from `reader` on `out` until the reader ends. Request and reply
@@ -601,18 +590,6 @@ mod tests {
         assert_eq!(after, before, "the umask is restored");
         assert!(listen_at(&path).is_err(), "a live socket is not replaced");
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn connections_beyond_the_limit_get_no_slot() {
-        let open = Arc::new(AtomicUsize::new(0));
-        let slots: Vec<_> = (0..MAX_CONNECTIONS)
-            .map(|_| ConnectionSlot::take(&open).unwrap())
-            .collect();
-        assert!(ConnectionSlot::take(&open).is_none());
-        drop(slots);
-        assert_eq!(open.load(Ordering::Relaxed), 0, "each slot given back");
-        assert!(ConnectionSlot::take(&open).is_some());
     }
 
     #[test]
