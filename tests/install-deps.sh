@@ -9,10 +9,13 @@ BORINGTUN_VERSION="0.7.1"
 need_apt=()
 for pair in wg:wireguard-tools iperf3:iperf3 ping:iputils-ping tcpdump:tcpdump ip:iproute2 python3:python3 nft:nftables \
     curl:curl nc:netcat-openbsd setpriv:util-linux dnsmasq:dnsmasq-base ssh:openssh-client sshd:openssh-server tmux:tmux \
-    ethtool:ethtool conntrack:conntrack \
+    ethtool:ethtool conntrack:conntrack gcc:gcc \
     promtool:prometheus; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done
+# The leak suite's probe is built static too (tests/stack/leak-probe.c): the C library's
+# archive, which gcc does not pull in without its recommendations.
+dpkg -s libc6-dev >/dev/null 2>&1 || need_apt+=(libc6-dev)
 if ((${#need_apt[@]})); then
     echo "install-deps: apt-get install ${need_apt[*]}"
     apt-get update -qq

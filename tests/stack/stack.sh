@@ -11,6 +11,7 @@ set -uo pipefail
 source "$(dirname "$0")/../interop/lib.sh"
 
 PEER=${1:-wireguard-go}
+TESTS_DIR=$(cd "$(dirname "$0")" && pwd)
 PASSED=0
 FAILED=0
 WORK=$(mktemp -d /tmp/ordo-stack.XXXXXX)
@@ -1003,6 +1004,129 @@ t_wildcard_server() {
     cmp "$WORK/nc.in" "$WORK/nc.out" || fail "nc listening on every address: bytes differ"
 }
 
+# The leak suite (issue 38). A probe (tests/stack/leak-probe.c, built dynamic and static)
+# tries every way a program can reach the far end's tunnel addresses: the C library's calls
+# and their raw system calls; every address form the kernel accepts (family 0, an IPv4
+# address in a longer buffer, IPv6 of 24 and 28 bytes, a scope id, IPv4-mapped, too short);
+# sendmsg with a name on a connected socket, sendmmsg whose second message is the tunnel's,
+# TCP fast open, io_uring; children made by vfork and clone3; a process that asks not to be
+# dumpable, one the kernel makes undumpable (an executable it may not read), a grandchild
+# reparented by a double fork, and one that outlives `ordo run`. A has cleartext routes to
+# B's tunnel addresses through the veth, where B's servers answer too, so that any leak
+# would succeed silently: B counts every packet to those addresses that arrives on its veth,
+# and there must be none. What is refused is explained on `ordo run`'s standard error. A
+# panic of the supervisor ends `ordo run` (status 70) and its program with it.
+t_leaks() {
+    setup
+    local dir="$WORK/leak"
+    mkdir -p "$dir"
+    gcc -O1 -Wall -o "$dir/probe-dynamic" "$TESTS_DIR/leak-probe.c" || fail "building the probe"
+    gcc -O1 -Wall -static -o "$dir/probe-static" "$TESTS_DIR/leak-probe.c" || fail "building the static probe"
+    # An executable nobody may read, only run: the kernel makes its process undumpable.
+    cp "$dir/probe-static" "$dir/probe-unreadable"
+    chmod 755 "$dir" "$dir/probe-dynamic" "$dir/probe-static"
+    chmod 711 "$dir/probe-unreadable"
+    ip -n "$NS_A" route add "$IN_B/32" via "$OUT_B"
+    ip -n "$NS_A" -6 route add "$IN6_B/128" via "$OUT6_B"
+    ip netns exec "$NS_B" nft -f - <<NFT
+table inet ordo_leak {
+    counter cleartext4 {}
+    counter cleartext6 {}
+    chain prerouting {
+        type filter hook prerouting priority -300;
+        iifname "veth-b" ip daddr $IN_B counter name cleartext4
+        iifname "veth-b" ip6 daddr $IN6_B counter name cleartext6
+    }
+}
+NFT
+    ip netns exec "$NS_B" "$PY" -c "
+import socket, threading
+def tcp(family, addr):
+    s = socket.socket(family)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, 7200)); s.listen(64)
+    while True: s.accept()[0].close()
+def udp(family, addr):
+    s = socket.socket(family, socket.SOCK_DGRAM); s.bind((addr, 7201))
+    while True: s.recvfrom(100)
+for f, a in ((socket.AF_INET, '$IN_B'), (socket.AF_INET6, '$IN6_B')):
+    threading.Thread(target=tcp, args=(f, a), daemon=True).start()
+    threading.Thread(target=udp, args=(f, a), daemon=True).start()
+threading.Event().wait()
+" >/dev/null 2>&1 &
+    for _ in $(seq 50); do
+        [[ $(ip netns exec "$NS_B" ss -ltn | grep -c ':7200 ') == 2 ]] && break
+        sleep 0.1
+    done
+    cleartext() {
+        ip netns exec "$NS_B" nft list counters table inet ordo_leak | grep -o 'packets [0-9]*' | awk '{s += $2} END {print s + 0}'
+    }
+    # The cleartext routes do reach B (the count sees them); then the count starts afresh.
+    ip netns exec "$NS_A" nc -z -w 3 "$IN_B" 7200 || fail "the cleartext route does not reach B (the test needs it)"
+    ip netns exec "$NS_A" nc -z -w 3 "$IN6_B" 7200 || fail "the cleartext IPv6 route does not reach B"
+    (($(cleartext) >= 2)) || fail "B's count did not see the cleartext connections: $(cleartext)"
+    ip netns exec "$NS_B" nft reset counters table inet ordo_leak >/dev/null
+    local cases="tcp_libc tcp_raw tcp_raw_v6 tcp_raw_v6_24 tcp_raw_v6_scope tcp_raw_mapped tcp_raw_len110 tcp_raw_len128
+        tcp_fastopen udp_libc udp_family0_libc udp_raw udp_family0_raw udp_short udp_raw_v6 udp_raw_mapped
+        udp_v6_family0_raw udp_sendmsg_named_on_connected udp_sendmmsg_second io_uring vfork clone3 undumpable
+        reparented exec=$dir/probe-unreadable tcp_raw udp_raw udp_family0_raw"
+    local kind got want why
+    for kind in dynamic static; do
+        # shellcheck disable=SC2086
+        got=$(ordo_run "$dir/probe-$kind" "$IN_B" "$IN6_B" $cases 2>"$dir/$kind.err") \
+            || fail "$kind probe: $(cat "$dir/$kind.err")"
+        log "    $kind: $(tr '\n' ' ' <<<"$got")"
+        (($(cleartext) == 0)) || fail "$kind probe: $(cleartext) packets reached B in cleartext"
+        # What must be so, whatever else is carried or refused.
+        for want in "tcp_raw ok" "io_uring ENOSYS" "undumpable_prctl EPERM" "udp_short ENETUNREACH"; do
+            grep -x "$want" <<<"$got" >/dev/null || fail "$kind probe: no '$want' in: $got"
+        done
+        if [[ $kind == dynamic ]]; then
+            grep -x "tcp_libc ok" <<<"$got" >/dev/null || fail "dynamic: tcp_libc not carried"
+            grep -x "udp_family0_libc ok" <<<"$got" >/dev/null \
+                || fail "dynamic: a family-0 datagram not carried as the kernel would send it"
+        fi
+        # The unreadable process's calls are the last three lines: all refused.
+        [[ $(tail -n 3 <<<"$got" | awk '{print $2}' | sort -u) == ENETUNREACH ]] \
+            || fail "$kind: the undumpable process's calls: $(tail -n 3 <<<"$got")"
+        # Nothing else fails: each call is carried or refused.
+        ! grep -vE ' (ok|ENETUNREACH|ENOSYS|EPERM|EINPROGRESS)$' <<<"$got" >/dev/null \
+            || fail "$kind: unexpected results: $(grep -vE ' (ok|ENETUNREACH|ENOSYS|EPERM|EINPROGRESS)$' <<<"$got")"
+        for why in "asked not to be dumpable" "cannot be read" "too short to hold an IP address"; do
+            grep -F "$why" "$dir/$kind.err" >/dev/null || fail "$kind: no '$why' on stderr: $(cat "$dir/$kind.err")"
+        done
+    done
+    grep -F "refused (ENETUNREACH) rather than let it leave" "$dir/static.err" >/dev/null \
+        || fail "static: a refused tunnel destination not explained: $(cat "$dir/static.err")"
+    # A process that outlives `ordo run` (killed): every call the filter stops fails now.
+    # Not through as_user: $! must be `ordo run` itself (ip and setpriv exec it), not a
+    # subshell running a function.
+    ip netns exec "$NS_A" setpriv --reuid="$RUN_USER" --regid=nogroup --clear-groups --inh-caps=-all \
+        --bounding-set=-all -- "$ORDO" run -c "$CONF" -- "$dir/probe-static" "$IN_B" "$IN6_B" \
+        "outlive=$OUT/outlived" >/dev/null 2>"$dir/outlive.err" &
+    local run=$!
+    for _ in $(seq 50); do
+        grep "processes it left behind" "$dir/outlive.err" >/dev/null && break
+        sleep 0.1
+    done
+    grep "processes it left behind" "$dir/outlive.err" >/dev/null || fail "ordo run did not wait for the grandchild"
+    kill -KILL "$run"
+    wait "$run" 2>/dev/null || true
+    for _ in $(seq 50); do
+        [[ -s $OUT/outlived ]] && break
+        sleep 0.1
+    done
+    log "    after ordo run: $(tr '\n' ' ' <"$OUT/outlived")"
+    [[ $(awk '{print $2}' "$OUT/outlived" | sort -u) == ENOSYS ]] || fail "after ordo run: $(cat "$OUT/outlived")"
+    # A panic of the supervisor ends `ordo run` with status 70, and the program with it.
+    local status=0
+    got=$(as_user env ORDO_TEST_SUPERVISOR_PANIC=1 "$ORDO" run -c "$CONF" -- \
+        "$dir/probe-static" "$IN_B" "$IN6_B" tcp_raw 2>"$dir/panic.err") || status=$?
+    ((status == 70)) || fail "after the supervisor's panic ordo run exited $status: $(cat "$dir/panic.err")"
+    [[ -z $got ]] || fail "the program went on after the supervisor's panic: $got"
+    (($(cleartext) == 0)) || fail "$(cleartext) packets reached B in cleartext"
+}
+
 run_test "curl_download[$PEER]" t_curl_download
 run_test "servers[$PEER]" t_servers
 run_test "wildcard_server[$PEER]" t_wildcard_server
@@ -1019,6 +1143,7 @@ run_test "tunnel_and_kernel[$PEER]" t_tunnel_and_kernel
 run_test "refused[$PEER]" t_refused
 run_test "lossy[$PEER]" t_lossy
 run_test "static_go[$PEER]" t_static_go
+run_test "leaks[$PEER]" t_leaks
 
 echo "stack: $PASSED passed, $FAILED failed"
 ((FAILED == 0))

@@ -58,30 +58,15 @@ pub unsafe fn is_family(addr: *const sockaddr, len: socklen_t, family: i32) -> b
         && i32::from(unsafe { std::ptr::read_unaligned(&(*addr).sa_family) }) == family
 }
 
-/// The destination a send on socket `fd` goes to for an AF_UNSPEC address: on an IPv4
-/// socket the kernel reads it as IPv4 (net/ipv4/udp.c: a forgotten family, as in a zeroed
-/// sockaddr_in); None otherwise (an IPv6 UDP socket takes it as no address).
+/// An AF_UNSPEC address read as IPv4, as a send on an IPv4 socket reads it
+/// (net/ipv4/udp.c: a zeroed sockaddr_in whose family was forgotten); None if it is of
+/// another family or too short.
 ///
 /// # Safety
 /// `addr` is null or points to `len` readable bytes.
-pub unsafe fn unspec_destination(fd: i32, addr: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
+pub unsafe fn unspec_as_ipv4(addr: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
     // SAFETY: the caller's contract.
     if !unsafe { is_unspec(addr, len) } || (len as usize) < std::mem::size_of::<sockaddr_in>() {
-        return None;
-    }
-    let mut domain: libc::c_int = 0;
-    let mut size = std::mem::size_of::<libc::c_int>() as socklen_t;
-    // SAFETY: an int option read into `domain`, `size` its size.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_DOMAIN,
-            (&mut domain as *mut libc::c_int).cast(),
-            &mut size,
-        )
-    };
-    if r != 0 || domain != AF_INET {
         return None;
     }
     // SAFETY: `len` covers a sockaddr_in (checked above); an unaligned read of it.

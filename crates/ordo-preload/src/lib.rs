@@ -742,9 +742,13 @@ unsafe fn destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Desti
     let Some(s) = settings() else {
         return Destination::Kernel;
     };
-    // SAFETY: the caller's contract, for both readings. A family of 0 is how the kernel's
-    // IPv4 socket takes it (a zeroed sockaddr_in whose family was forgotten).
-    let read = unsafe { addr::read(addr, len).or_else(|| addr::unspec_destination(fd, addr, len)) };
+    // SAFETY: the caller's contract, for both readings. A family of 0 is read as an IPv4
+    // socket's send reads it; an IPv6 socket's takes it as no address (left unread, for the
+    // supervisor, which judges both readings).
+    let read = unsafe {
+        addr::read(addr, len)
+            .or_else(|| addr::unspec_as_ipv4(addr, len).filter(|_| socket_family(fd) == Some(libc::AF_INET)))
+    };
     let Some(dest) = read.map(addr::unmapped) else {
         // No destination: an unconnected tunnel UDP socket has nowhere to send, as the
         // kernel's would not (its stand-in would take the record and the service drop it).

@@ -388,6 +388,10 @@ enum Refusal {
     Short { family: u16, len: usize },
 }
 
+/// Set, the supervisor panics at its first stopped call: how the leak suite sees that a
+/// panic of `ordo run` ends its program too (tests/stack/stack.sh, t_leaks).
+const TEST_PANIC_ENV: &str = "ORDO_TEST_SUPERVISOR_PANIC";
+
 /// SECCOMP_IOCTL_NOTIF_SET_FLAGS's one flag (linux/seccomp.h, Linux 6.6), which the libc
 /// crate does not define.
 const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
@@ -437,6 +441,7 @@ impl Supervisor {
     }
 
     fn run(mut self) {
+        let panic_at_first = std::env::var_os(TEST_PANIC_ENV).is_some();
         let mut notif = vec![0u64; notif_words().0];
         loop {
             notif.fill(0);
@@ -457,6 +462,10 @@ impl Supervisor {
                     _ => return,
                 }
             }
+            assert!(
+                !panic_at_first,
+                "{TEST_PANIC_ENV} is set: the supervisor panics at its first stopped call"
+            );
             // SAFETY: the buffer is at least a seccomp_notif, aligned, filled by the kernel.
             let n: libc::seccomp_notif = unsafe { std::ptr::read(notif.as_ptr().cast()) };
             // Its memory opened, then the call checked to still wait: what is read and
