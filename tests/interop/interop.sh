@@ -1137,6 +1137,102 @@ t_xdp_fallback() {
     ping_ok "$NS_A" "$IN_B" || fail "the first tunnel broke"
 }
 
+# A local user cannot take the daemon down (issue 38). The daemon starts with a soft limit of
+# 1024 descriptors, as a service gets by default, and raises it to its hard limit. While a
+# flow runs through the tunnel, another unprivileged user keeps 3,000 connections to the
+# metrics endpoint open, opening new ones as the endpoint sheds them, and tries the UAPI
+# socket (out of its reach), and root holds 2,000 idle connections to the UAPI socket: the
+# flow completes, `wg show` and fresh scrapes keep answering, the endpoint holds no more than
+# its limit of connections, and the daemon is alive, with no panic in its log.
+t_local_flood() {
+    ulimit -Sn 1024
+    ORDO_METRICS=9586 tunnel ordo wireguard-go
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    local pid limits
+    pid=$(pgrep -o -f -- "--foreground .*$IF_A\$")
+    limits=$(awk '/^Max open files/ {print $4, $5}' "/proc/$pid/limits")
+    [[ ${limits% *} == "${limits#* }" && ${limits% *} != 1024 ]] || fail "the soft descriptor limit stayed low: $limits"
+    ip netns exec "$NS_B" iperf3 -s -1 -B "$IN_B" >/dev/null 2>&1 &
+    sleep 0.5
+    ip netns exec "$NS_A" iperf3 -c "$IN_B" -t 8 -J >"$LOGDIR/flood-iperf3.json" 2>&1 &
+    local flow=$!
+    ip netns exec "$NS_A" setpriv --reuid=daemon --regid=daemon --clear-groups --inh-caps=-all --bounding-set=-all -- \
+        /usr/bin/python3 - "/var/run/wireguard/$IF_A.sock" >"$LOGDIR/flood-metrics.txt" 2>&1 <<'PY' &
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held, opened, failed, end = [], 0, 0, time.time() + 7
+while time.time() < end:
+    alive = []
+    for s in held:
+        try:
+            if s.recv(1, socket.MSG_DONTWAIT) == b'':
+                s.close()
+                continue
+        except BlockingIOError:
+            pass
+        except OSError:
+            s.close()
+            continue
+        alive.append(s)
+    held = alive
+    while len(held) < 3000 and time.time() < end:
+        try:
+            held.append(socket.create_connection(('127.0.0.1', 9586), timeout=1))
+            opened += 1
+        except OSError:
+            failed += 1
+            break
+    time.sleep(0.05)
+try:
+    socket.socket(socket.AF_UNIX).connect(sys.argv[1])
+    uapi = 'reached'
+except OSError as e:
+    uapi = type(e).__name__
+print(opened, failed, uapi)
+PY
+    local metrics_flood=$!
+    ip netns exec "$NS_A" python3 - "/var/run/wireguard/$IF_A.sock" >"$LOGDIR/flood-uapi.txt" 2>&1 <<'PY' &
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = []
+for _ in range(2000):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    held.append(s)
+time.sleep(7)
+print(len(held))
+PY
+    local uapi_flood=$!
+    sleep 2
+    local i scrape held
+    for i in 1 2 3; do
+        wg show "$IF_A" dump >/dev/null || fail "wg show under the flood ($i)"
+        scrape=$(ip netns exec "$NS_A" curl -fsS --max-time 5 http://127.0.0.1:9586/metrics) \
+            || fail "no scrape under the flood ($i)"
+        grep "^wireguard_peer_receive_bytes_total{" <<<"$scrape" >/dev/null || fail "a scrape without the peers ($i)"
+        held=$(ip netns exec "$NS_A" ss -Htn state established '( sport = :9586 )' | wc -l)
+        ((held <= 65)) || fail "the endpoint holds $held connections"
+        sleep 1
+    done
+    wait "$metrics_flood" || fail "the metrics flood: $(cat "$LOGDIR/flood-metrics.txt")"
+    wait "$uapi_flood" || fail "the UAPI flood: $(cat "$LOGDIR/flood-uapi.txt")"
+    wait "$flow" || fail "the flow under the flood: $(tail -n 5 "$LOGDIR/flood-iperf3.json")"
+    local opened failed uapi
+    read -r opened failed uapi <"$LOGDIR/flood-metrics.txt"
+    log "    metrics flood: $opened connections opened, $failed failed; the UAPI socket: $uapi; UAPI flood: $(cat "$LOGDIR/flood-uapi.txt")"
+    ((opened >= 1000)) || fail "the flood opened only $opened connections"
+    [[ $uapi == PermissionError ]] || fail "another user's UAPI connect: $uapi"
+    local bytes
+    bytes=$(python3 -c "import json,sys; print(int(json.load(open(sys.argv[1]))['end']['sum_received']['bytes']))" \
+        "$LOGDIR/flood-iperf3.json") || fail "iperf3's report"
+    ((bytes > 0)) || fail "the flow carried nothing"
+    kill -0 "$pid" || fail "the daemon is gone"
+    ! grep -i "panick" "$LOGDIR/$IF_A.log" >/dev/null || fail "a panic: $(grep -i panick "$LOGDIR/$IF_A.log")"
+    wg show "$IF_A" dump >/dev/null || fail "wg show after the flood"
+}
+
 # The metrics endpoint (MetricsAddress): its figures match wg show's, promtool finds them
 # clean, and a real Prometheus server scrapes them.
 t_metrics() {
@@ -1509,6 +1605,7 @@ run_test "xdp_mtu" t_xdp_mtu
 run_test "xdp_sigkill" t_xdp_sigkill
 run_test "xdp_fallback" t_xdp_fallback
 run_test "metrics" t_metrics
+run_test "local_flood" t_local_flood
 run_test "logs" t_logs
 run_test "detectors" t_detectors
 run_test "top" t_top
