@@ -37,7 +37,6 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant, SystemTime};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -369,7 +368,7 @@ pub fn run(a: &FloodArgs) -> Result<FloodReport> {
     let mut sources = open_sources(a, &key)?;
     let mut rng = ChaCha20Rng::from_entropy();
     let mut rx = Receiver::new(1500);
-    let gso = AtomicBool::new(false);
+    let gso = crate::outer::udp::batch::Gso::new(false);
     let mut report = FloodReport {
         kind: Some(a.kind),
         sources: sources.len(),

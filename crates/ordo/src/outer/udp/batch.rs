@@ -10,7 +10,9 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// From linux/udp.h (not in the libc crate for glibc targets).
 const UDP_SEGMENT: libc::c_int = 103;
@@ -281,17 +283,70 @@ pub fn gso_supported(sock: &UdpSocket) -> bool {
     rc == 0
 }
 
-/// Sends `payloads` to `to` with as few system calls as possible, with UDP GSO while `gso`
-/// is true. Returns how many were sent; an error only if none was.
+/// Whether a socket sends with UDP GSO: on where the kernel offers it, and off for each
+/// destination whose route cannot take it, the others keeping it. The kernel refuses a GSO
+/// send with EIO when the route's device has no checksum offload or the route transforms
+/// (net/ipv4/udp.c, udp_send_skb): a matter of the route, so of the destination.
+pub struct Gso {
+    enabled: AtomicBool,
+    /// How many destinations refused it: while none, a send asks no lock.
+    refused_count: AtomicUsize,
+    refused: Mutex<HashSet<SocketAddr>>,
+}
+
+/// Destinations remembered as refusing GSO; beyond them, GSO is off for all (a host where
+/// that many routes refuse it has no offload to speak of).
+const MAX_REFUSED: usize = 256;
+
+impl Gso {
+    pub fn new(enabled: bool) -> Gso {
+        Gso {
+            enabled: AtomicBool::new(enabled),
+            refused_count: AtomicUsize::new(0),
+            refused: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Whether it is on at all (for the metrics).
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// How many destinations it is off for.
+    pub fn refused_destinations(&self) -> usize {
+        self.refused_count.load(Ordering::Relaxed)
+    }
+
+    /// Whether a send to `to` uses it.
+    pub fn allowed(&self, to: SocketAddr) -> bool {
+        self.enabled()
+            && (self.refused_count.load(Ordering::Acquire) == 0
+                || !self.refused.lock().unwrap_or_else(|p| p.into_inner()).contains(&to))
+    }
+
+    /// `to`'s route cannot take it: off for `to` from now on.
+    fn refuse(&self, to: SocketAddr) {
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.len() >= MAX_REFUSED {
+            self.enabled.store(false, Ordering::Relaxed);
+            return;
+        }
+        refused.insert(to);
+        self.refused_count.store(refused.len(), Ordering::Release);
+    }
+}
+
+/// Sends `payloads` to `to` with as few system calls as possible, with UDP GSO where `gso`
+/// allows it. Returns how many were sent; an error only if none was.
 ///
 /// A refusal costs only what was refused: a GSO run the kernel refuses for its size or
 /// segment count (EINVAL, EMSGSIZE: a path MTU that shrank for this endpoint) goes again as
-/// single datagrams in its place, and GSO stays on for everyone else; only an error that says
-/// the device cannot segment at all (EIO, ENOPROTOOPT) turns it off. A refused single is
-/// skipped and the rest go on. A full socket buffer (ENOBUFS, EAGAIN) ends the batch: the
-/// rest would meet it too.
-pub fn send_batch(sock: &UdpSocket, to: SocketAddr, payloads: &[&[u8]], gso: &AtomicBool) -> io::Result<usize> {
-    let runs = if payloads.len() > 1 && gso.load(Ordering::Relaxed) {
+/// single datagrams in its place, and GSO stays on; an error that says the route's device
+/// cannot segment (EIO, ENOPROTOOPT) turns it off for this destination only. A refused
+/// single is skipped and the rest go on. A full socket buffer (ENOBUFS, EAGAIN) ends the
+/// batch: the rest would meet it too.
+pub fn send_batch(sock: &UdpSocket, to: SocketAddr, payloads: &[&[u8]], gso: &Gso) -> io::Result<usize> {
+    let runs = if payloads.len() > 1 && gso.allowed(to) {
         gso_runs(payloads)
     } else {
         singles(0, payloads.len())
@@ -310,7 +365,7 @@ fn send_runs(
     to: SocketAddr,
     payloads: &[&[u8]],
     mut runs: Vec<(usize, usize)>,
-    gso: &AtomicBool,
+    gso: &Gso,
 ) -> io::Result<usize> {
     let (mut at, mut sent, mut last_error) = (0, 0, None);
     while at < runs.len() {
@@ -326,7 +381,7 @@ fn send_runs(
                 break;
             }
             Some(libc::EIO) | Some(libc::ENOPROTOOPT) if gso_run => {
-                gso.store(false, Ordering::Relaxed);
+                gso.refuse(to);
                 let rest: Vec<_> = runs[at..].iter().flat_map(|&(a, b)| singles(a, b)).collect();
                 runs.truncate(at);
                 runs.extend(rest);
@@ -424,7 +479,7 @@ mod tests {
         let to = rx.local_addr().unwrap();
         let payloads: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 10 + i as usize]).collect();
         let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
-        assert_eq!(send_batch(&tx, to, &refs, &AtomicBool::new(false)).unwrap(), 40);
+        assert_eq!(send_batch(&tx, to, &refs, &Gso::new(false)).unwrap(), 40);
         tx.send_to(&[9u8; 100], to).unwrap(); // longer than the receiver accepts
 
         let mut r = Receiver::new(64);
@@ -487,7 +542,7 @@ mod tests {
         let mut payloads: Vec<Vec<u8>> = (0..50u8).map(|i| vec![i; 1200]).collect();
         payloads.push(vec![99; 500]);
         let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
-        let gso = AtomicBool::new(true);
+        let gso = Gso::new(true);
         assert_eq!(send_batch(&tx, to, &refs, &gso).unwrap(), 51);
         let mut r = Receiver::new(65536);
         let mut got = Vec::new();
@@ -498,7 +553,7 @@ mod tests {
         for (i, d) in got.iter().enumerate() {
             assert_eq!(d.data, payloads[i], "datagram {i}");
         }
-        eprintln!("gso still enabled: {}, gro granted: {gro}", gso.load(Ordering::Relaxed));
+        eprintln!("gso still enabled: {}, gro granted: {gro}", gso.enabled());
     }
 
     /// A GSO run the kernel refuses (more segments than it takes: EINVAL) goes again as
@@ -514,11 +569,11 @@ mod tests {
         }
         let payloads: Vec<Vec<u8>> = (0..200u32).map(|i| vec![i as u8; 100]).collect();
         let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
-        let gso = AtomicBool::new(true);
+        let gso = Gso::new(true);
         // Ten payloads first, then one run of 190: past the kernel's UDP_MAX_SEGMENTS.
         let runs = vec![(0, 10), (10, 200)];
         assert_eq!(send_runs(&tx, to, &refs, runs, &gso).unwrap(), 200);
-        assert!(gso.load(Ordering::Relaxed), "one refused run does not turn GSO off");
+        assert!(gso.enabled(), "one refused run does not turn GSO off");
         let mut r = Receiver::new(65536);
         let mut got = Vec::new();
         while got.len() < 200 {
@@ -539,7 +594,7 @@ mod tests {
         let huge = vec![7u8; 70_000];
         let small: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 50 + i as usize]).collect();
         let refs: Vec<&[u8]> = vec![&small[0], &small[1], &huge, &small[2], &small[3], &small[4]];
-        assert_eq!(send_batch(&tx, to, &refs, &AtomicBool::new(false)).unwrap(), 5);
+        assert_eq!(send_batch(&tx, to, &refs, &Gso::new(false)).unwrap(), 5);
         let mut r = Receiver::new(65536);
         let mut got = Vec::new();
         while got.len() < 5 {
@@ -548,8 +603,29 @@ mod tests {
         let lens: Vec<usize> = got.iter().map(|d| d.data.len()).collect();
         assert_eq!(lens, [50, 51, 52, 53, 54], "all but the refused one, in order");
         // Nothing sent at all is an error, with the kernel's reason.
-        let e = send_batch(&tx, to, &[&huge], &AtomicBool::new(false)).unwrap_err();
+        let e = send_batch(&tx, to, &[&huge], &Gso::new(false)).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EMSGSIZE));
+    }
+
+    /// A destination whose route cannot take GSO (the kernel's EIO) loses it alone; past
+    /// MAX_REFUSED such destinations it is off for all. (EIO itself cannot be had here: this
+    /// kernel segments in software where a device cannot, and has no IPsec to route through.)
+    #[test]
+    fn gso_refused_by_one_route_stays_on_for_the_others() {
+        let gso = Gso::new(true);
+        let a: SocketAddr = "192.0.2.1:51820".parse().unwrap();
+        let b: SocketAddr = "192.0.2.2:51820".parse().unwrap();
+        assert!(gso.allowed(a) && gso.allowed(b));
+        gso.refuse(a);
+        assert!(!gso.allowed(a), "off for the refusing destination");
+        assert!(gso.allowed(b), "on for the others");
+        assert!(gso.enabled());
+        assert_eq!(gso.refused_destinations(), 1);
+        for port in 0..MAX_REFUSED as u16 {
+            gso.refuse(SocketAddr::new(a.ip(), port));
+        }
+        assert!(!gso.enabled() && !gso.allowed(b), "too many refusing routes: off for all");
+        assert!(!Gso::new(false).allowed(b), "off where the kernel has none");
     }
 
     #[test]

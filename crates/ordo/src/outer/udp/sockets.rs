@@ -4,7 +4,6 @@
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::AtomicBool;
 
 /// Socket buffers asked for; the kernel caps them at net.core.[rw]mem_max unless forced.
 const SOCKET_BUFFER: usize = 4 << 20;
@@ -13,9 +12,9 @@ pub struct Sockets {
     pub v4: UdpSocket,
     pub v6: Option<UdpSocket>,
     pub port: u16,
-    /// UDP GSO: on where the kernel offers it, until a send says the device cannot segment
-    /// (see batch::send_batch).
-    pub gso: AtomicBool,
+    /// UDP GSO: on where the kernel offers it, off for the destinations whose route cannot
+    /// take it (see batch::send_batch).
+    pub gso: super::batch::Gso,
     /// Whether the kernel granted UDP GRO on the receive sockets.
     pub gro: bool,
 }
@@ -62,7 +61,7 @@ impl Sockets {
     fn new(v4: UdpSocket, v6: Option<UdpSocket>, port: u16) -> Sockets {
         let wanted = offloads_wanted();
         let gro = wanted && super::batch::enable_gro(&v4) & v6.as_ref().is_none_or(super::batch::enable_gro);
-        let gso = AtomicBool::new(wanted && super::batch::gso_supported(&v4));
+        let gso = super::batch::Gso::new(wanted && super::batch::gso_supported(&v4));
         Sockets { v4, v6, port, gso, gro }
     }
 
