@@ -104,9 +104,15 @@ pub struct Map {
     fd: OwnedFd,
     /// Each entry's value size (per CPU, for a per-CPU map).
     value_size: usize,
-    /// The CPUs a per-CPU map keeps a value for (0: not per CPU).
-    cpus: usize,
+    /// Where a per-CPU map's lookup writes its values (empty: not per CPU).
+    per_cpu: std::sync::Mutex<Vec<u64>>,
 }
+
+/// The most CPUs a Linux kernel may have (NR_CPUS is at most 8192 on x86_64, 4096 on
+/// arm64): a per-CPU lookup writes a value for each possible CPU, as many as the kernel
+/// counts, and the buffer it writes into is sized by this bound, not by what sysfs says
+/// (which a container may show otherwise).
+const MAX_CPUS: usize = 8192;
 
 impl Map {
     fn create(name: &str, map_type: u32, value_size: u32, entries: u32) -> io::Result<OwnedFd> {
@@ -124,14 +130,11 @@ impl Map {
     /// An array of `entries` 64-bit counters, one of each per CPU (so the program adds
     /// without atomics); [`Map::sum`] adds them up.
     pub fn counters(name: &str, entries: u32) -> io::Result<Map> {
-        let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
-        let cpus = crate::host::topology::parse_cpu_list(&possible)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
-            .len();
         Ok(Map {
             fd: Map::create(name, BPF_MAP_TYPE_PERCPU_ARRAY, 8, entries)?,
             value_size: 8,
-            cpus,
+            // Zeros past the possible CPUs, which no lookup writes: they add nothing.
+            per_cpu: std::sync::Mutex::new(vec![0; MAX_CPUS]),
         })
     }
 
@@ -143,7 +146,7 @@ impl Map {
         Ok(Map {
             fd: Map::create(name, BPF_MAP_TYPE_ARRAY, 4, entries)?,
             value_size: 4,
-            cpus: 0,
+            per_cpu: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -164,20 +167,22 @@ impl Map {
         Ok(Map {
             fd: Map::create(name, BPF_MAP_TYPE_XSKMAP, 4, entries)?,
             value_size: 4,
-            cpus: 0,
+            per_cpu: std::sync::Mutex::new(Vec::new()),
         })
     }
 
     /// Counter `key` of a [`Map::counters`], summed over the CPUs.
     pub fn sum(&self, key: u32) -> io::Result<u64> {
-        let mut values = vec![0u64; self.cpus.max(1)];
+        let mut values = self.per_cpu.lock().unwrap_or_else(|p| p.into_inner());
+        if values.len() < MAX_CPUS || self.value_size != 8 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a map of per-CPU counters"));
+        }
         let mut attr = MapElem {
             map_fd: self.fd.as_raw_fd() as u32,
             key: &key as *const u32 as u64,
             value: values.as_mut_ptr() as u64,
             ..Default::default()
         };
-        debug_assert_eq!(self.value_size, 8);
         bpf(BPF_MAP_LOOKUP_ELEM, &mut attr)?;
         Ok(values.iter().sum())
     }
@@ -342,5 +347,40 @@ impl Link {
             flags: mode.flags(),
         };
         bpf(BPF_LINK_CREATE, &mut attr).map(|fd| Link { _fd: owned(fd) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A per-CPU counter is summed over every possible CPU, into a buffer the kernel cannot
+    /// overrun whatever sysfs says; a map of another kind is refused. Needs CAP_BPF (root).
+    #[test]
+    fn per_cpu_counters_are_summed_over_every_cpu() {
+        let map = match Map::counters("ordo_test_sum", 2) {
+            Ok(m) => m,
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                eprintln!("no CAP_BPF: not run");
+                return;
+            }
+            Err(e) => panic!("creating a per-CPU map: {e}"),
+        };
+        assert_eq!(map.sum(1).unwrap(), 0);
+        // Each possible CPU's value set to its number + 1 (an update reads one per CPU).
+        let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+        let cpus = crate::host::topology::parse_cpu_list(&possible).unwrap().len() as u64;
+        let values: Vec<u64> = (1..=MAX_CPUS as u64).collect();
+        let key = 1u32;
+        let mut attr = MapElem {
+            map_fd: map.as_raw_fd() as u32,
+            key: &key as *const u32 as u64,
+            value: values.as_ptr() as u64,
+            ..Default::default()
+        };
+        bpf(BPF_MAP_UPDATE_ELEM, &mut attr).unwrap();
+        assert_eq!(map.sum(1).unwrap(), cpus * (cpus + 1) / 2);
+        let plain = Map::values("ordo_test_vals", 1).unwrap();
+        assert!(plain.sum(0).is_err(), "not a per-CPU map");
     }
 }
