@@ -398,6 +398,7 @@ t_privileges() {
     [[ $(status_field "$pid" Uid) == "$(id -u nobody)" ]] || fail "uid $(status_field "$pid" Uid), not nobody's"
     [[ $(status_field "$pid" Gid) == "$(id -g nobody)" ]] || fail "gid $(status_field "$pid" Gid), not nobody's group"
     [[ $(status_field "$pid" NoNewPrivs) == 1 ]] || fail "no_new_privs not set"
+    threads_dropped "$pid" >"$LOGDIR/threads.txt" || fail "threads that kept privileges: $(cat "$LOGDIR/threads.txt")"
     # The janitor: root's uid for the socket's folder, and nothing else.
     [[ $(status_field "$janitor" CapBnd) == 0000000000000000 ]] || fail "janitor's bounding set $(status_field "$janitor" CapBnd)"
     [[ $(status_field "$janitor" CapPrm) == 0000000000000000 ]] || fail "janitor's capabilities $(status_field "$janitor" CapPrm)"
@@ -1060,6 +1061,12 @@ t_xdp() {
     r=$(tcp_sha256 "$NS_A" "$OUT_A" "$NS_B"); same_digests "$r" "a TCP connection to the host"
     wait "$load" || fail "the transfer through the tunnel failed"
     [[ $(ordo_counter "$IF_A" xdp_passed_not_udp) -gt 0 ]] || fail "the program saw none of the host's own traffic"
+    # Every thread, the one that follows the kernel's routes included, started after the
+    # privileges were dropped.
+    local pid
+    pid=$(pgrep -o -f -- "--foreground .*$IF_A\$")
+    grep -x ordo-paths /proc/"$pid"/task/*/comm >/dev/null || fail "no ordo-paths thread"
+    threads_dropped "$pid" >"$LOGDIR/threads.txt" || fail "threads that kept privileges: $(cat "$LOGDIR/threads.txt")"
 }
 
 # A datagram longer than the outer link's MTU (the inner MTU set too high) goes through the

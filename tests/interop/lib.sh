@@ -148,6 +148,22 @@ tunnel() {
     inner_addresses "$NS_B" "$IF_B" "$IN_B" "$IN6_B"
 }
 
+# threads_dropped PID: every thread of process PID has dropped its privileges as the daemon
+# does (capabilities and no_new_privs are each thread's own): only CAP_NET_BIND_SERVICE and
+# CAP_NET_ADMIN, in the effective, permitted and bounding sets, no_new_privs, nobody's uid.
+# Prints the threads that have not.
+threads_dropped() {
+    local task bad=0 f
+    for task in /proc/"$1"/task/*; do
+        f=$(awk '$1 ~ /^(CapEff|CapPrm|CapBnd|NoNewPrivs|Uid):$/ {printf "%s%s ", $1, $2}' "$task/status")
+        if [[ $f != "Uid:$(id -u nobody) CapPrm:0000000000001400 CapEff:0000000000001400 CapBnd:0000000000001400 NoNewPrivs:1 " ]]; then
+            echo "$(cat "$task/comm"): $f"
+            bad=1
+        fi
+    done
+    return $bad
+}
+
 # dump_field IFNAME FIELD: a field of the single peer in `wg show IF dump`
 # (endpoint, handshake, rx, tx, keepalive).
 dump_field() {

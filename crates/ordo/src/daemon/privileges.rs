@@ -66,6 +66,15 @@ fn find_user(name: &str) -> Result<Identity> {
 /// no supplementary groups), keeping those capabilities across the switch. Capabilities are
 /// per thread, so this runs before any thread is started.
 pub fn drop_privileges(user: &str, realtime: bool) -> Result<()> {
+    // Capabilities and no_new_privs are each thread's own: a thread started before this
+    // would keep what the process gives up. None may be (the data plane's start after).
+    let others = other_threads();
+    if !others.is_empty() {
+        bail!(
+            "threads started before the privileges are dropped would keep them: {}",
+            others.join(", ")
+        );
+    }
     let target = find_user(user)?;
     let mut keep: CapsHashSet = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_BIND_SERVICE]
         .into_iter()
@@ -86,6 +95,23 @@ pub fn drop_privileges(user: &str, realtime: bool) -> Result<()> {
     caps::set(None, CapSet::Effective, &keep)?;
     caps::set(None, CapSet::Permitted, &keep)?;
     no_new_privs()
+}
+
+/// The names of this process's threads other than the calling one.
+fn other_threads() -> Vec<String> {
+    // SAFETY: gettid cannot fail.
+    let me = unsafe { libc::gettid() }.to_string();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter(|t| t.file_name().to_string_lossy() != me)
+        .map(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            format!("{} ({})", comm.trim(), t.file_name().to_string_lossy())
+        })
+        .collect()
 }
 
 /// Drops every capability, bounding set included, and sets no_new_privs: for a helper that

@@ -11,7 +11,8 @@ use rtnetlink::sys::{AsyncSocket, SocketAddr};
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -36,11 +37,21 @@ type Known = HashMap<IpAddr, Option<Hop>>;
 pub struct Paths {
     known: Arc<RwLock<Known>>,
     requests: Option<tokio::sync::mpsc::Sender<IpAddr>>,
-    thread: Option<JoinHandle<()>>,
+    /// The thread, made ready where the port is made (its netlink socket in that network
+    /// namespace) and started at the first look-up: after the daemon has dropped its
+    /// privileges, which are each thread's own (capabilities, no_new_privs), so that no
+    /// thread keeps what the process gave up.
+    pending: Mutex<Option<Pending>>,
+    started: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// What starts the thread.
+type Pending = Box<dyn FnOnce() -> io::Result<JoinHandle<()>> + Send>;
+
 impl Paths {
-    /// Starts the thread, in the calling thread's network namespace.
+    /// Makes ready the thread, in the calling thread's network namespace; it starts at the
+    /// first look-up.
     pub fn start() -> io::Result<Paths> {
         let known = Arc::new(RwLock::new(Known::new()));
         let (requests, asked) = tokio::sync::mpsc::channel(REQUESTS);
@@ -52,22 +63,43 @@ impl Paths {
             (conn, handle, changes)
         };
         let shared = known.clone();
-        let thread = std::thread::Builder::new().name("ordo-paths".into()).spawn(move || {
-            rt.block_on(async move {
-                tokio::spawn(conn);
-                keep(handle, shared, asked, changes).await;
+        let pending: Pending = Box::new(move || {
+            std::thread::Builder::new().name("ordo-paths".into()).spawn(move || {
+                rt.block_on(async move {
+                    tokio::spawn(conn);
+                    keep(handle, shared, asked, changes).await;
+                })
             })
-        })?;
+        });
         Ok(Paths {
             known,
             requests: Some(requests),
-            thread: Some(thread),
+            pending: Mutex::new(Some(pending)),
+            started: AtomicBool::new(false),
+            thread: Mutex::new(None),
         })
+    }
+
+    /// Starts the thread if it is not yet.
+    fn ensure_started(&self) {
+        if self.started.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(start) = self.pending.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return;
+        };
+        match start() {
+            Ok(t) => *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(t),
+            // Every datagram then goes through the kernel's socket.
+            Err(e) => log::error!("cannot start the thread that follows the kernel's routes: {e}"),
+        }
+        self.started.store(true, Ordering::Release);
     }
 
     /// How a datagram to `to` leaves, if the kernel has said and its next hop is resolved;
     /// otherwise None, and the thread is asked (once per address) to find out.
     pub fn get(&self, to: IpAddr) -> Option<Hop> {
+        self.ensure_started();
         let known = self.known.read().unwrap_or_else(|p| p.into_inner());
         match known.get(&to) {
             Some(hop) => *hop,
@@ -87,7 +119,7 @@ impl Drop for Paths {
     fn drop(&mut self) {
         // The thread ends when its requests end.
         self.requests.take();
-        if let Some(t) = self.thread.take() {
+        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = t.join();
         }
     }
