@@ -76,8 +76,11 @@ fn wait_for_end_of_file(pipe: &mut impl Read) {
     }
 }
 
-/// Removes `path` if it is still the file the daemon bound.
-fn remove_if_same(path: &Path, identity: FileIdentity) -> Result<()> {
+/// Removes `path` if it is still the file the daemon bound, under the directory's lock (a
+/// daemon binding its socket holds it too: uapi::DirLock).
+pub fn remove_if_same(path: &Path, identity: FileIdentity) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let _lock = crate::uapi::DirLock::take(dir).with_context(|| format!("locking {}", dir.display()))?;
     match FileIdentity::of(path) {
         Ok(now) if now == identity => {
             std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))
@@ -136,6 +139,29 @@ mod tests {
         drop(writer);
         assert!(rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap());
         assert!(!path.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A daemon binding its socket holds the directory's lock: the janitor waits for it
+    /// before it checks and removes, so that a socket bound in between is not taken for the
+    /// old one (it used to check, then remove by path whatever was there by then).
+    #[test]
+    fn the_janitor_waits_for_a_bind_in_progress() {
+        let dir = temp_dir("locked");
+        let path = dir.join("wg0.sock");
+        std::fs::write(&path, b"").unwrap();
+        let identity = FileIdentity::of(&path).unwrap();
+        let binding = crate::uapi::DirLock::take(&dir).unwrap();
+        let p = path.clone();
+        let janitor = std::thread::spawn(move || remove_if_same(&p, identity).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!janitor.is_finished(), "the janitor did not wait for the bind");
+        // The new daemon replaces the stale socket with its own, then lets go.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"new").unwrap();
+        drop(binding);
+        janitor.join().unwrap();
+        assert!(path.exists(), "the new daemon's socket was removed");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

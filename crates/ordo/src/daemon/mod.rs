@@ -165,6 +165,7 @@ pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Resul
     let (listener, path) =
         uapi::listen(ifname).with_context(|| format!("cannot create the UAPI socket for {ifname}"))?;
     *device.uapi_path.lock().unwrap() = Some(path.clone());
+    let identity = janitor::FileIdentity::of(&path).ok();
     exit_on_panic(Some(path.clone()));
     // Bound now, as the UAPI socket is: after the privileges go, a port below 1024 could not be.
     let metrics = config.metrics.map(crate::metrics::server::Endpoint::bind).transpose()?;
@@ -215,8 +216,11 @@ pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Resul
         log::warn!("{note}");
     }
     device.wait();
-    // Fails once privileges are dropped: the janitor removes it as this process ends.
-    let _ = std::fs::remove_file(&path);
+    // Fails once privileges are dropped: the janitor removes it as this process ends. Not
+    // if it is another daemon's by now (ours was removed and the interface started again).
+    if let Some(identity) = identity {
+        let _ = janitor::remove_if_same(&path, identity);
+    }
     Ok(())
 }
 

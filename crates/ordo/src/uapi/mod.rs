@@ -84,9 +84,36 @@ pub fn ensure_socket_dir() -> io::Result<PathBuf> {
 
 /// Binds the socket (mode 0600), replacing a stale one.
 pub fn listen(ifname: &str) -> io::Result<(UnixListener, PathBuf)> {
-    ensure_socket_dir()?;
+    let dir = ensure_socket_dir()?;
     let path = socket_path(ifname);
+    let _lock = DirLock::take(&dir)?;
     Ok((listen_at(&path)?, path))
+}
+
+/// An exclusive lock (flock(2)) on a socket directory, held while a socket there is bound or
+/// removed: a janitor's check that the socket is still its daemon's and its removal are then
+/// one step, with no new daemon's bind between them (which would lose its fresh socket).
+pub struct DirLock {
+    /// The directory, open: closing it lets go of the lock.
+    _held: std::fs::File,
+}
+
+impl DirLock {
+    /// Waits for the lock on `dir`.
+    pub fn take(dir: &Path) -> io::Result<DirLock> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(dir)?;
+        loop {
+            // SAFETY: flock on a descriptor we own.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(DirLock { _held: f });
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
 }
 
 /// Binds the socket at `path`, created with mode 0600 (a umask of 077 around the bind, as
