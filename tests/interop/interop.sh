@@ -289,6 +289,33 @@ EOF
     ping_ok "$NS_A" "$IN_B" || fail "tunnel broken after the burst"
 }
 
+# A `wg set` that cannot be carried out changes nothing (issue 38): a new listen port that is
+# in use, asked for with a new fwmark and a new peer, fails with the protocol's errno and
+# leaves the port, the mark and the peers as they were; the same port with a new mark changes
+# the mark alone; the tunnel works throughout.
+t_set_atomic() {
+    tunnel ordo wireguard-go
+    ping_ok "$NS_A" "$IN_B" || fail "ping"
+    ip netns exec "$NS_A" python3 -c "
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', 5999)); time.sleep(30)" &
+    local holder=$!
+    for _ in $(seq 50); do ip netns exec "$NS_A" ss -lun | grep ':5999 ' >/dev/null && break; sleep 0.1; done
+    local other
+    other=$(genkey | "$ORDO" pubkey)
+    ip netns exec "$NS_A" wg set "$IF_A" listen-port 5999 fwmark 0x77 peer "$other" allowed-ips 10.55.0.0/24 \
+        2>"$LOGDIR/set.err" && fail "a listen port in use was taken"
+    grep -i "address already in use" "$LOGDIR/set.err" >/dev/null || fail "not EADDRINUSE: $(cat "$LOGDIR/set.err")"
+    [[ $(wg show "$IF_A" fwmark) == off ]] || fail "the fwmark changed: $(wg show "$IF_A" fwmark)"
+    [[ $(wg show "$IF_A" listen-port) == "$PORT_A" ]] || fail "the port changed: $(wg show "$IF_A" listen-port)"
+    [[ $(wg show "$IF_A" peers | wc -l) == 1 ]] || fail "the new peer was added: $(wg show "$IF_A" peers)"
+    ping_ok "$NS_A" "$IN_B" || fail "ping after the refused set"
+    ip netns exec "$NS_A" wg set "$IF_A" listen-port "$PORT_A" fwmark 0x78 || fail "the same port with a new mark"
+    [[ $(wg show "$IF_A" fwmark) == 0x78 ]] || fail "the mark: $(wg show "$IF_A" fwmark)"
+    ping_ok "$NS_A" "$IN_B" || fail "ping after the new mark"
+    kill "$holder" 2>/dev/null || true
+}
+
 # wg setconf / showconf / syncconf, and wg-quick with WG_QUICK_USERSPACE_IMPLEMENTATION=ordo
 # on one side against `ordo up` on the other.
 t_config() {
@@ -1590,6 +1617,7 @@ run_test "cookie[wireguard-go]" t_cookie wireguard-go
 run_test "bad_input" t_bad_input
 run_test "os_drops" t_os_drops
 run_test "config" t_config
+run_test "set_atomic" t_set_atomic
 run_test "default_route[wireguard-go]" t_default_route wireguard-go
 run_test "privileges" t_privileges
 run_test "privileges_flags" t_privileges_flags

@@ -160,14 +160,28 @@ impl Device {
         self.started.elapsed()
     }
 
-    /// Rebinds the sockets on `port` (0: any free port). On failure the old sockets stay.
-    pub fn set_listen_port(&self, port: u16) -> io::Result<()> {
-        self.plane.outer.rebind(port, self.fwmark())
+    /// Rebinds the sockets on `port` (0: any free port), marked `mark` (None: as now). On
+    /// failure the old sockets stay, with their mark.
+    pub fn set_listen_port(&self, port: u16, mark: Option<u32>) -> io::Result<()> {
+        let mut fwmark = self.fwmark.lock().unwrap_or_else(|p| p.into_inner());
+        let mark = mark.unwrap_or(*fwmark);
+        if port != 0 && port == self.listen_port() {
+            // No new sockets: the mark alone, if it changes.
+            if mark != *fwmark {
+                self.plane.outer.set_fwmark(mark, *fwmark)?;
+            }
+        } else {
+            self.plane.outer.rebind(port, mark)?;
+        }
+        *fwmark = mark;
+        Ok(())
     }
 
+    /// Marks every socket `mark`, or, on failure, leaves every one as it was.
     pub fn set_fwmark(&self, mark: u32) -> io::Result<()> {
-        self.plane.outer.set_fwmark(mark)?;
-        *self.fwmark.lock().unwrap_or_else(|p| p.into_inner()) = mark;
+        let mut fwmark = self.fwmark.lock().unwrap_or_else(|p| p.into_inner());
+        self.plane.outer.set_fwmark(mark, *fwmark)?;
+        *fwmark = mark;
         Ok(())
     }
 

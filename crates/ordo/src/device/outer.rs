@@ -33,10 +33,11 @@ impl OuterSide {
         }
     }
 
-    pub fn set_fwmark(&self, mark: u32) -> io::Result<()> {
+    /// Every socket marked `mark`, or none changed (those done go back to `old`).
+    pub fn set_fwmark(&self, mark: u32, old: u32) -> io::Result<()> {
         match self {
-            OuterSide::Udp(u) => u.set_fwmark(mark),
-            OuterSide::Xdp(x) => x.set_fwmark(mark),
+            OuterSide::Udp(u) => u.set_fwmark(mark, old),
+            OuterSide::Xdp(x) => x.set_fwmark(mark, old),
         }
     }
 

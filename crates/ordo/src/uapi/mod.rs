@@ -503,18 +503,18 @@ fn ordo_counter_lines(device: &Device) -> String {
         .collect()
 }
 
-/// Applies a parsed plan. Socket changes come first, because they are the only part that
-/// can fail after parsing; if they fail, nothing else is applied.
+/// Applies a parsed plan, whole or not at all: the listen port and the fwmark, the only
+/// changes that can fail after parsing, are made first and together (new sockets bound with
+/// the new mark), and on failure leave everything as it was.
 pub fn apply(device: &Arc<Device>, plan: SetPlan) -> Result<(), UapiError> {
-    if let Some(mark) = plan.fwmark {
-        device
+    match (plan.listen_port, plan.fwmark) {
+        (Some(port), mark) => device
+            .set_listen_port(port, mark)
+            .map_err(|e| UapiError::new(protocol::EADDRINUSE, format!("listen_port {port}: {e}")))?,
+        (None, Some(mark)) => device
             .set_fwmark(mark)
-            .map_err(|e| UapiError::new(protocol::EIO, format!("fwmark: {e}")))?;
-    }
-    if let Some(port) = plan.listen_port {
-        device
-            .set_listen_port(port)
-            .map_err(|e| UapiError::new(protocol::EADDRINUSE, format!("listen_port {port}: {e}")))?;
+            .map_err(|e| UapiError::new(protocol::EIO, format!("fwmark: {e}")))?,
+        (None, None) => {}
     }
     let now = Instant::now();
     let mut core = device.core();

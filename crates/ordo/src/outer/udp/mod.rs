@@ -95,8 +95,19 @@ impl UdpPort {
         Ok(())
     }
 
-    pub fn set_fwmark(&self, mark: u32) -> io::Result<()> {
-        self.group().iter().try_for_each(|s| s.set_fwmark(mark))
+    /// Marks every socket with `mark`, or, if one cannot be, none: those marked already go
+    /// back to `old`.
+    pub fn set_fwmark(&self, mark: u32, old: u32) -> io::Result<()> {
+        let group = self.group();
+        for (i, s) in group.iter().enumerate() {
+            if let Err(e) = s.set_fwmark(mark) {
+                for done in &group[..=i] {
+                    let _ = done.set_fwmark(old);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// Wakes every thread waiting on the sockets (at shutdown).

@@ -142,6 +142,7 @@ impl Sockets {
         s.send_to(payload, to)
     }
 
+    /// Marks both sockets; on failure, the first may be marked (the caller puts it back).
     pub fn set_fwmark(&self, mark: u32) -> io::Result<()> {
         for s in std::iter::once(&self.v4).chain(self.v6.as_ref()) {
             socket2::SockRef::from(s).set_mark(mark)?;

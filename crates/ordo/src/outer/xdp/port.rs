@@ -185,8 +185,8 @@ impl XdpPort {
 
     /// Marks what goes through the kernel socket. Frames Ordo writes carry no mark: they
     /// meet no routing rule.
-    pub fn set_fwmark(&self, mark: u32) -> io::Result<()> {
-        self.udp.set_fwmark(mark)
+    pub fn set_fwmark(&self, mark: u32, old: u32) -> io::Result<()> {
+        self.udp.set_fwmark(mark, old)
     }
 
     /// Wakes every thread waiting on the port (at shutdown).
