@@ -1568,11 +1568,18 @@ impl<'a> Socket<'a> {
             return false;
         }
         let mut sacked_new = false;
+        // Octets past the cumulative ACK that were sent: every block must lie in them.
+        let sent = self.remote_last_seq.0.wrapping_sub(ack_number.0) as u32;
         for &(left, right) in repr.sack_ranges.iter().flatten() {
             let (start, end) = (TcpSeqNumber(left as i32), TcpSeqNumber(right as i32));
             // A block at or below the cumulative ACK reports a duplicate (D-SACK,
-            // RFC 2883); one beyond what was sent is bogus.
-            if start <= ack_number || end > self.remote_last_seq {
+            // RFC 2883); one that is empty, reversed or beyond what was sent is bogus
+            // (RFC 2018; Linux's tcp_is_sackblock_valid). Measured as unsigned offsets
+            // from the ACK: the wrapping comparisons of sequence numbers alone let a block
+            // half the sequence space wide pass (its end "before" the last octet sent).
+            let from = left.wrapping_sub(ack_number.0 as u32);
+            let to = right.wrapping_sub(ack_number.0 as u32);
+            if from == 0 || from >= to || to > sent {
                 continue;
             }
             if self.sack_scoreboard.add(start, end) {
@@ -7784,6 +7791,43 @@ mod test {
         assert_eq!(s.recovery, None);
         assert!(s.sack_scoreboard.is_empty());
         recv_nothing!(s, time 1050);
+    }
+
+    /// SACK blocks outside what was sent are ignored, as RFC 2018 and Linux do, however the
+    /// wrapping comparisons of sequence numbers would read them: one that starts in the
+    /// window but is half the sequence space wide (its end then reads as "before" the last
+    /// octet sent), reversed ones, and ones beyond what was sent.
+    #[test]
+    fn test_sack_blocks_outside_what_was_sent_are_ignored() {
+        let data = b"AAAABBBBCCCCDDDDEEEEFFFFGGGGHHHH";
+        let mut s = socket_with_eight_segments_in_flight(data, true);
+        let first = (LOCAL_SEQ + 1).0 as u32;
+        let bogus = [
+            // From 2^30 past the ACK to just under 2^31 past that.
+            (first.wrapping_add(1 << 30), first.wrapping_add((1 << 30) + (1 << 31) - 1)),
+            // Reversed.
+            (first + 12, first + 4),
+            // Past the last octet sent.
+            (first + 28, first + 40),
+            (first.wrapping_add(1 << 30), first.wrapping_add((1 << 30) + 8)),
+        ];
+        for (i, &block) in bogus.iter().enumerate() {
+            send!(s, time 1010 + i as i64, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                sack_ranges: [Some(block), None, None],
+                ..SEND_TEMPL
+            });
+            assert!(s.sack_scoreboard.is_empty(), "block {i} was taken: {block:?}");
+        }
+        // A true block still counts.
+        send!(s, time 1020, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: [sack_block(4, 12), None, None],
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.sack_scoreboard.sacked(), 8);
     }
 
     /// Segments the socket sends now, as (offset from its first data octet, length).
