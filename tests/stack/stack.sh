@@ -834,9 +834,9 @@ except OSError as e:
     [[ $got == True ]] || fail "the second program got: $got"
     kill $listener 2>/dev/null
     as_user "$ORDO" down "$conf" || fail "ordo down"
-    # Guests: with `AttachUsers = daemon`, the user daemon attaches (OWNER:NAME) and downloads
+    # Guests: with `AttachUsers = daemon, @sys`, the user daemon attaches (OWNER:NAME) and downloads
     # through it; bin, not named, is refused (permission denied), and nothing of its leaves.
-    sed -i '/^Inner/a AttachUsers = daemon' "$conf"
+    sed -i '/^Inner/a AttachUsers = daemon, @sys' "$conf"
     as_user "$ORDO" up "$conf" || fail "ordo up with AttachUsers"
     local shared=/tmp/ordo-attach-$(id -u "$RUN_USER")
     [[ $(stat -c '%U %a' "$shared") == "$RUN_USER 711" && $(stat -c %a "$shared/shared0.attach") == 666 ]] ||
@@ -855,6 +855,32 @@ except OSError as e:
     print(e.strerror)
 " 2>&1) || fail "the refused guest's program failed: $got"
     [[ $got == 'Permission denied' ]] || fail "a user not named got: $got"
+    # A member of a named group (`@sys`) is admitted: looked up off the plane's thread.
+    got=$(as_guest sys "$ORDO" run --attach "$RUN_USER:shared0" -- curl -sS --max-time 30 \
+        "http://$IN_B:8000/blob" | sha256sum | cut -d' ' -f1)
+    [[ $got == "$want" ]] || fail "the group's member's download failed or differs"
+    # A guest may not take a port below 1024 in the stack (the owner may), and has a share
+    # of its connections (a quarter), not all of them: beyond, EMFILE.
+    got=$(as_guest daemon "$ORDO" run --attach "$RUN_USER:shared0" -- "$PY" -c "
+import errno, socket
+s = socket.socket()
+s.bind(('$IN_A', 80))
+try:
+    s.listen(); print('listening')
+except OSError as e: print(errno.errorcode[e.errno])
+held, result = [], 'all'
+for i in range(300):
+    c = socket.socket()
+    try: c.connect(('$IN_B', 8000)); held.append(c)
+    except OSError as e: result = '%d %s' % (len(held), errno.errorcode[e.errno]); break
+print(result)
+" 2>&1) || fail "the guest's program failed: $got"
+    [[ $got == $'EACCES\n256 EMFILE' ]] || fail "a guest's low port and share: $got"
+    got=$(as_user "$ORDO" run --attach shared0 -- "$PY" -c "
+import socket
+s = socket.socket(); s.bind(('$IN_A', 80)); s.listen(); print('listening')
+" 2>&1) || fail "the owner's program failed: $got"
+    [[ $got == listening ]] || fail "the owner may not listen on port 80: $got"
     as_user "$ORDO" down "$conf" || fail "ordo down"
     [[ -z $(find "$shared" -name 'shared0.*') ]] || fail "ordo down left files in $shared"
     as_user "$ORDO" show shared0 >/dev/null 2>&1 && fail "shared0 still answers after ordo down"

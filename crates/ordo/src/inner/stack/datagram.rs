@@ -53,6 +53,8 @@ pub struct DatagramDrops {
 /// A UDP socket of an application.
 pub struct Flow {
     pub handle: SocketHandle,
+    /// The user whose program it is.
+    pub uid: u32,
     /// The service's end of the application's seqpacket pair (non-blocking).
     pub app: Watched<OwnedFd>,
     pub local_port: u16,

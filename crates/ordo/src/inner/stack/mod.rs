@@ -13,6 +13,7 @@
 //! out. The plane's deliveries (from whichever thread decrypted them) go through an inbox
 //! ([`link::Wires`]), each run of one flow's TCP segments merged into one packet.
 
+pub mod admission;
 pub mod datagram;
 pub mod link;
 pub mod readiness;

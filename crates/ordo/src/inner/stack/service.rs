@@ -7,10 +7,14 @@
 //!
 //! Everything an application sends is untrusted: a request is decoded by `ordo_attach`
 //! (any bytes give a message or an error), the descriptor that comes with it must be a Unix
-//! stream socket, only this user (or root) may attach (SO_PEERCRED), a request must arrive
-//! whole within [`REQUEST_DEADLINE`], and the numbers of pending requests and connections
-//! are bounded.
+//! stream socket, only this user (or root, or its guests) may attach (SO_PEERCRED, decided
+//! without waiting on the user databases: [`super::admission`]), a request must arrive
+//! whole within [`REQUEST_DEADLINE`], and the numbers of pending requests, of connections
+//! taken at a turn and of connections are bounded. A guest has a share of the connections
+//! ([`GUEST_SHARE`]), the guests together leave the owner [`OWNER_RESERVE`], and only the
+//! owner and root may take a port below 1024 (as the kernel's CAP_NET_BIND_SERVICE).
 
+use super::admission::{Admission, Decision};
 use super::datagram::{self, Flow};
 use super::link::{Link, Wires};
 use super::readiness::{Readiness, Ready, Watched, Watcher, HANG_UP, READABLE, WRITABLE};
@@ -52,10 +56,21 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// Requests being read at once; more wait in the listen backlog.
 const MAX_PENDING_REQUESTS: usize = 64;
+/// Connections to the attach socket taken at one turn, refused ones included: a flood of
+/// refused users cannot keep the turn (and the plane's thread) accepting.
+const MAX_ACCEPTS_PER_TURN: usize = 64;
+/// How often a request waiting for its user's admission looks again.
+const ADMISSION_POLL: Duration = Duration::from_millis(10);
 /// Connections at once (at most [`RECEIVE_BUFFER`] + [`SEND_BUFFER`] each, most of them
 /// [`SMALL_RECEIVE_BUFFER`] + [`SEND_BUFFER`]); a request beyond is refused with
 /// EMFILE. A UDP socket's connect counts the UDP sockets too.
 const MAX_CONNECTIONS: usize = 1024;
+/// A guest user's connections, listeners and UDP sockets at most.
+const GUEST_SHARE: usize = MAX_CONNECTIONS / 4;
+/// What the guests together leave to the owner (and root).
+const OWNER_RESERVE: usize = MAX_CONNECTIONS / 4;
+/// Ports below this are the owner's and root's (the kernel's ip_unprivileged_port_start).
+const PRIVILEGED_PORTS: u16 = 1024;
 /// Local ports of connections (the kernel's default ephemeral range is 32768-60999; the
 /// stack has its own addresses, so it may use the IANA range).
 const EPHEMERAL: std::ops::RangeInclusive<u16> = 49152..=65535;
@@ -210,6 +225,10 @@ struct PendingRequest {
     bytes: Vec<u8>,
     passed: Vec<OwnedFd>,
     deadline: Instant,
+    /// The user at the other end (SO_PEERCRED).
+    uid: u32,
+    /// Whether it may attach; false while its user is being looked up.
+    admitted: bool,
 }
 
 /// A non-blocking connect's stand-in, to be made writable once established.
@@ -247,6 +266,8 @@ struct Listener {
     stack_waiting: bool,
     /// A kernel connection accepted when the application's end had no room, for it next.
     held: Option<std::net::TcpStream>,
+    /// The user whose program listens.
+    uid: u32,
 }
 
 /// A socket of the stack listening on one address for a [`Listener`].
@@ -285,6 +306,8 @@ fn overlaps(a: &Listener, local: SocketAddr, v6_only: bool) -> bool {
 /// A connection of an application through the stack.
 struct Connection {
     handle: SocketHandle,
+    /// The user whose program it is (a listener's, for a connection it accepted).
+    uid: u32,
     /// The service's end of the application's socket pair (non-blocking).
     app: Watched<OwnedFd>,
     local_port: u16,
@@ -328,7 +351,28 @@ struct State {
     watcher: Watcher,
     /// What the set found ready at this turn's start: the descriptors the turn asks.
     ready: Ready,
-    attachers: super::Attachers,
+    admission: Admission,
+}
+
+/// The user at the other end of `control` (SO_PEERCRED).
+fn peer_uid(control: &UnixStream) -> Option<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are a valid buffer for SO_PEERCRED.
+    let r = unsafe {
+        libc::getsockopt(
+            control.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred.uid)
 }
 
 fn errno_of(e: &io::Error) -> i32 {
@@ -391,7 +435,7 @@ impl State {
             started,
             watcher,
             ready: Ready::everything(),
-            attachers: settings.attachers.clone(),
+            admission: Admission::new(settings.attachers.clone()),
         }
     }
 
@@ -474,8 +518,18 @@ impl State {
         let timers = (self.iface.poll_delay(now, &self.sockets))
             .map(|d| Instant::now() + Duration::from_micros(d.total_micros()));
         let requests = self.pending.iter().map(|p| p.deadline);
+        let admissions = self
+            .pending
+            .iter()
+            .any(|p| !p.admitted)
+            .then(|| Instant::now() + ADMISSION_POLL);
         let connects = self.connections.iter().filter_map(|c| c.waiting.as_ref().map(|w| w.1));
-        timers.into_iter().chain(requests).chain(connects).min()
+        timers
+            .into_iter()
+            .chain(requests)
+            .chain(connects)
+            .chain(admissions)
+            .min()
     }
 
     /// Takes new applications' connections to the attach socket.
@@ -483,12 +537,16 @@ impl State {
         if !self.listener.may_be(&self.ready, READABLE) {
             return;
         }
-        while self.pending.len() < MAX_PENDING_REQUESTS {
+        let mut taken = 0;
+        while self.pending.len() < MAX_PENDING_REQUESTS && taken < MAX_ACCEPTS_PER_TURN {
             let control = match self.listener.accept() {
                 Ok((c, _)) => c,
                 Err(_) => return,
             };
-            if !self.may_attach(&control) {
+            taken += 1;
+            let uid = peer_uid(&control);
+            let decision = uid.map_or(Decision::Refused, |u| self.admission.decide(u));
+            if decision == Decision::Refused {
                 // Told why, so that the program's call fails with "permission denied"
                 // rather than an unexplained end of the conversation.
                 let _ = control.set_nonblocking(true);
@@ -503,31 +561,10 @@ impl State {
                 bytes: Vec::with_capacity(REQUEST_LEN),
                 passed: Vec::new(),
                 deadline: Instant::now() + REQUEST_DEADLINE,
+                uid: uid.unwrap_or(u32::MAX),
+                admitted: decision == Decision::Admitted,
             });
         }
-    }
-
-    /// Whether the process at the other end of `control` may use this stack: this user,
-    /// root, or a guest (`AttachUsers =`; without guests the socket's directory already
-    /// keeps others out, and this is the second lock).
-    fn may_attach(&self, control: &UnixStream) -> bool {
-        let mut cred = libc::ucred {
-            pid: 0,
-            uid: u32::MAX,
-            gid: 0,
-        };
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        // SAFETY: `cred` and `len` are a valid buffer for SO_PEERCRED.
-        let r = unsafe {
-            libc::getsockopt(
-                control.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_PEERCRED,
-                (&mut cred as *mut libc::ucred).cast(),
-                &mut len,
-            )
-        };
-        r == 0 && self.attachers.admit(cred.uid)
     }
 
     /// Reads what pending requests sent; a complete one is served, a bad or late one dropped
@@ -554,6 +591,21 @@ impl State {
                     Err(_) => true,
                 }
             };
+            if !p.admitted {
+                match self.admission.decide(p.uid) {
+                    Decision::Admitted => p.admitted = true,
+                    // Its user is still being looked up: it waits, until its deadline.
+                    Decision::Pending if now < p.deadline => {
+                        i += 1;
+                        continue;
+                    }
+                    Decision::Pending | Decision::Refused => {
+                        let p = self.pending.swap_remove(i);
+                        reply(&p.control, libc::EACCES, None, None);
+                        continue;
+                    }
+                }
+            }
             if !done {
                 i += 1;
                 continue;
@@ -570,6 +622,9 @@ impl State {
             Ok(r) => r,
             Err(_) => return reply(&p.control, libc::EPROTO, None, None),
         };
+        if let Err(errno) = self.within_share(p.uid, &request) {
+            return reply(&p.control, errno, None, None);
+        }
         match request.op {
             Op::ConnectTcp => {
                 let needed = if request.nonblocking.is_some() { 2 } else { 1 };
@@ -583,7 +638,7 @@ impl State {
                     app_end: passed.next().expect("checked above"),
                     sndbuf: f.sndbuf,
                 });
-                if let Err(errno) = self.connect(request.addr, app, unfill, p.control.try_clone()) {
+                if let Err(errno) = self.connect(request.addr, app, unfill, p.control.try_clone(), p.uid) {
                     reply(&p.control, errno, None, None);
                 }
             }
@@ -592,7 +647,7 @@ impl State {
                     Ok([fd]) if is_unix(fd.as_raw_fd(), libc::SOCK_SEQPACKET) => fd,
                     _ => return reply(&p.control, libc::EPROTO, None, None),
                 };
-                match self.connect_datagram(request.addr, app) {
+                match self.connect_datagram(request.addr, app, p.uid) {
                     Ok(local) => reply(&p.control, 0, Some(local), Some(request.addr)),
                     Err(errno) => reply(&p.control, errno, None, None),
                 }
@@ -603,7 +658,7 @@ impl State {
                 else {
                     return reply(&p.control, libc::EPROTO, None, None);
                 };
-                match self.bind_datagram(request.addr, request.v6_only, app, host) {
+                match self.bind_datagram(request.addr, request.v6_only, app, host, p.uid) {
                     Ok((local, marker)) => send_reply(
                         &p.control,
                         Reply {
@@ -622,12 +677,37 @@ impl State {
                 else {
                     return reply(&p.control, libc::EPROTO, None, None);
                 };
-                match self.listen(request.addr, request.v6_only, app, kernel) {
+                match self.listen(request.addr, request.v6_only, app, kernel, p.uid) {
                     Ok(local) => reply(&p.control, 0, Some(local), None),
                     Err(errno) => reply(&p.control, errno, None, None),
                 }
             }
         }
+    }
+
+    /// Whether `uid` may have what `request` asks for: a guest, a port below 1024 only as
+    /// its own end of a connection (never bound, nor listened on), and its share of the
+    /// connections, within what the guests together may have.
+    fn within_share(&self, uid: u32, request: &Request) -> Result<(), i32> {
+        if !self.admission.is_guest(uid) {
+            return Ok(());
+        }
+        let binds = matches!(request.op, Op::ListenTcp | Op::BindUdp);
+        if binds && request.addr.port() != 0 && request.addr.port() < PRIVILEGED_PORTS {
+            return Err(libc::EACCES);
+        }
+        let owners = (self.connections.iter().map(|c| c.uid))
+            .chain(self.listeners.iter().map(|l| l.uid))
+            .chain(self.flows.iter().map(|f| f.uid));
+        let (mut mine, mut guests) = (0, 0);
+        for owner in owners {
+            mine += usize::from(owner == uid);
+            guests += usize::from(self.admission.is_guest(owner));
+        }
+        if mine >= GUEST_SHARE || guests >= MAX_CONNECTIONS - OWNER_RESERVE {
+            return Err(libc::EMFILE);
+        }
+        Ok(())
     }
 
     /// Starts listening on `local` (port 0: one of the stack's free ports) for `app`, and,
@@ -638,6 +718,7 @@ impl State {
         v6_only: bool,
         app: OwnedFd,
         kernel: Option<TcpListener>,
+        uid: u32,
     ) -> Result<SocketAddr, i32> {
         let wildcard = local.ip().is_unspecified();
         if !wildcard && !self.addresses.contains(&local.ip()) {
@@ -678,6 +759,7 @@ impl State {
             app_full: false,
             stack_waiting: false,
             held: None,
+            uid,
         };
         let addresses: Vec<IpAddr> = (self.addresses.iter().copied())
             .filter(|a| takes(local, v6_only, *a))
@@ -779,8 +861,10 @@ impl State {
             drop(theirs);
             let fresh = self.listening_socket(addr, port);
             self.listeners[i].ready[k].handle = fresh;
+            let uid = self.listeners[i].uid;
             self.connections.push(Connection {
                 handle: h,
+                uid,
                 app: self.watcher.watch(ours),
                 // The listener's port stays taken while it listens.
                 local_port: 0,
@@ -799,6 +883,7 @@ impl State {
         app: OwnedFd,
         unfill: Option<Unfill>,
         control: io::Result<UnixStream>,
+        uid: u32,
     ) -> Result<(), i32> {
         if self.connections.len() >= MAX_CONNECTIONS {
             return Err(libc::EMFILE);
@@ -818,6 +903,7 @@ impl State {
         let handle = self.sockets.add(socket);
         self.connections.push(Connection {
             handle,
+            uid,
             app: self.watcher.watch(app),
             local_port,
             waiting: Some((self.watcher.watch(control), Instant::now() + CONNECT_TIMEOUT)),
@@ -830,7 +916,7 @@ impl State {
 
     /// Connects a UDP socket of the stack to `to` for `app`: bound to our address of `to`'s
     /// family and a free port. Nothing is sent yet, as with the kernel's connect on UDP.
-    fn connect_datagram(&mut self, to: SocketAddr, app: OwnedFd) -> Result<SocketAddr, i32> {
+    fn connect_datagram(&mut self, to: SocketAddr, app: OwnedFd, uid: u32) -> Result<SocketAddr, i32> {
         if self.connections.len() + self.flows.len() >= MAX_CONNECTIONS {
             return Err(libc::EMFILE);
         }
@@ -850,6 +936,7 @@ impl State {
         });
         self.flows.push(Flow {
             handle: self.sockets.add(socket),
+            uid,
             app: self.watcher.watch(app),
             local_port,
             remote: Some(datagram::Remote::Tunnel(IpEndpoint::new(
@@ -874,6 +961,7 @@ impl State {
         v6_only: bool,
         app: OwnedFd,
         host: Option<UdpSocket>,
+        uid: u32,
     ) -> Result<(SocketAddr, [u8; 8]), i32> {
         if self.connections.len() + self.flows.len() >= MAX_CONNECTIONS {
             return Err(libc::EMFILE);
@@ -901,6 +989,7 @@ impl State {
         rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut marker);
         self.flows.push(Flow {
             handle: self.sockets.add(socket),
+            uid,
             app: self.watcher.watch(app),
             local_port: local.port(),
             remote: None,

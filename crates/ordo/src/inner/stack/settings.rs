@@ -29,8 +29,10 @@ impl Attachers {
         }
     }
 
-    pub fn admit(&self, uid: u32) -> bool {
-        uid == self.owner || uid == 0 || self.guests.admit(uid)
+    /// Whether `uid` may attach, as far as is known without the user and group databases:
+    /// the owner, root, a guest named by user id (see [`super::admission`] for the rest).
+    pub fn admit_known(&self, uid: u32) -> bool {
+        uid == self.owner || uid == 0 || self.guests.uids.contains(&uid)
     }
 }
 
@@ -47,12 +49,10 @@ impl Guests {
         self.uids.is_empty() && self.gids.is_empty()
     }
 
-    /// Whether the user `uid` is one of them: named, or a member of a named group (its
-    /// primary group or a supplementary one, as the group database says now).
-    pub fn admit(&self, uid: u32) -> bool {
-        if self.uids.contains(&uid) {
-            return true;
-        }
+    /// Whether the user `uid` is a member of a named group (its primary group or a
+    /// supplementary one, as the group database says now). It may take long (NSS): never
+    /// on the plane's thread ([`super::admission`]).
+    pub fn in_groups(&self, uid: u32) -> bool {
         if self.gids.is_empty() {
             return false;
         }

@@ -6,11 +6,11 @@
 
 use crate::port::{Datagram, BATCH};
 use bytes::BytesMut;
+use std::collections::HashSet;
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -624,7 +624,10 @@ mod tests {
         for port in 0..MAX_REFUSED as u16 {
             gso.refuse(SocketAddr::new(a.ip(), port));
         }
-        assert!(!gso.enabled() && !gso.allowed(b), "too many refusing routes: off for all");
+        assert!(
+            !gso.enabled() && !gso.allowed(b),
+            "too many refusing routes: off for all"
+        );
         assert!(!Gso::new(false).allowed(b), "off where the kernel has none");
     }
 

@@ -183,7 +183,10 @@ impl OuterPort for UdpPort {
             Counter::new("drop_os_udp_receive_buffer", drops::udp_receive_drops(group[0].port)),
             Counter::level("queues", group.len() as u64),
             Counter::level("udp_gso", group[0].gso.enabled() as u64),
-            Counter::level("udp_gso_refused_destinations", group[0].gso.refused_destinations() as u64),
+            Counter::level(
+                "udp_gso_refused_destinations",
+                group[0].gso.refused_destinations() as u64,
+            ),
             Counter::level("udp_gro", (group[0].gro && !self.no_gro.load(Ordering::Relaxed)) as u64),
         ]
     }

@@ -175,7 +175,10 @@ impl Map {
     pub fn sum(&self, key: u32) -> io::Result<u64> {
         let mut values = self.per_cpu.lock().unwrap_or_else(|p| p.into_inner());
         if values.len() < MAX_CPUS || self.value_size != 8 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a map of per-CPU counters"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a map of per-CPU counters",
+            ));
         }
         let mut attr = MapElem {
             map_fd: self.fd.as_raw_fd() as u32,
