@@ -543,6 +543,22 @@ fn is_domain(s: &str) -> bool {
 
 /// Whether a connection to `ip` goes through the tunnel: inside one of the routes, and not
 /// loopback (which always stays with the kernel, whatever the routes say).
+/// Where a connection or datagram to `dest` goes instead, if it is a DNS query (port 53) to a
+/// server outside the tunnel while the tunnel has name servers of its own in it (`DNS =`,
+/// `servers`): the first of those. None: it goes where it was sent (inside the tunnel, not
+/// to port 53, no `DNS =`, or to one of the tunnel's own servers, routed through it or not).
+pub fn dns_redirect(routes: &[Route], servers: &[IpAddr], dest: SocketAddr) -> Option<SocketAddr> {
+    let ip = match dest.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(dest.ip()),
+        v4 => v4,
+    };
+    if dest.port() != 53 || through_tunnel(routes, ip) || servers.contains(&ip) {
+        return None;
+    }
+    let server = servers.iter().find(|a| through_tunnel(routes, **a))?;
+    Some(SocketAddr::new(*server, 53))
+}
+
 pub fn through_tunnel(routes: &[Route], ip: IpAddr) -> bool {
     let ip = match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
@@ -554,6 +570,34 @@ pub fn through_tunnel(routes: &[Route], ip: IpAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dns_queries_to_the_host_s_servers_go_to_the_tunnel_s() {
+        let routes = [Route {
+            addr: "10.99.0.0".parse().unwrap(),
+            prefix: 24,
+        }];
+        let tunnel: Vec<IpAddr> = vec!["192.0.2.53".parse().unwrap(), "10.99.0.2".parse().unwrap()];
+        let to = |s: &str| dns_redirect(&routes, &tunnel, s.parse().unwrap());
+        let server = Some("10.99.0.2:53".parse().unwrap());
+        assert_eq!(to("203.0.113.1:53"), server, "the host's server");
+        assert_eq!(to("[::ffff:203.0.113.1]:53"), server, "mapped");
+        assert_eq!(to("[2001:db8::1]:53"), server);
+        assert_eq!(to("203.0.113.1:80"), None, "not DNS");
+        assert_eq!(to("10.99.0.9:53"), None, "inside the tunnel already");
+        assert_eq!(to("192.0.2.53:53"), None, "one of the tunnel's own servers");
+        assert_eq!(
+            dns_redirect(&routes, &[], "203.0.113.1:53".parse().unwrap()),
+            None,
+            "no DNS ="
+        );
+        let outside: Vec<IpAddr> = vec!["192.0.2.53".parse().unwrap()];
+        assert_eq!(
+            dns_redirect(&routes, &outside, "203.0.113.1:53".parse().unwrap()),
+            None,
+            "no server of the tunnel's in it"
+        );
+    }
 
     #[test]
     fn messages_round_trip() {

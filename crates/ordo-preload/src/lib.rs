@@ -28,6 +28,7 @@ mod epoll;
 mod hostent;
 mod inherit;
 mod real;
+mod res;
 mod resolve;
 mod sockets;
 
@@ -109,6 +110,13 @@ pub unsafe extern "C" fn connect(fd: c_int, address: *const sockaddr, len: sockl
     }
     let tunnel = match (settings(), dest) {
         (Some(s), Some(d)) if ordo_attach::through_tunnel(&s.routes, d.ip()) => Some((s, d)),
+        // A name server of the host's while the tunnel has its own (`DNS =`): the query goes
+        // to the tunnel's, the program still seeing the one it asked for (a resolver of its
+        // own, as c-ares or Go's, checks where answers come from).
+        (Some(s), Some(d)) => match dns_redirect(s, d) {
+            Some(server) => return guarded(|| connect_through_tunnel(s, fd, server, addr::unmapped(d))),
+            None => None,
+        },
         _ => None,
     };
     let Some((s, dest)) = tunnel else {
@@ -122,10 +130,17 @@ pub unsafe extern "C" fn connect(fd: c_int, address: *const sockaddr, len: sockl
         // SAFETY: the caller's arguments, unchanged.
         return unsafe { real::connect(fd, address, len) };
     };
-    guarded(|| connect_through_tunnel(s, fd, dest))
+    guarded(|| connect_through_tunnel(s, fd, dest, addr::unmapped(dest)))
 }
 
-fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -> c_int {
+/// Where a DNS query to `dest` goes instead (ordo_attach::dns_redirect), with `DNS =`.
+fn dns_redirect(s: &Settings, dest: std::net::SocketAddr) -> Option<std::net::SocketAddr> {
+    ordo_attach::dns_redirect(&s.routes, &resolve::settings()?.servers, dest)
+}
+
+/// Connects `fd` through the tunnel to `dest`; `shown` is the remote the program is told (the
+/// address it asked for, which a redirected DNS query's is not).
+fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr, shown: std::net::SocketAddr) -> c_int {
     // Answers that came for programs that never asked (SO_ERROR) are read here, so that the
     // connections to the service they came on do not pile up.
     for t in sockets::pending() {
@@ -146,7 +161,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
     };
     let dest = addr::unmapped(dest);
     if ty == libc::SOCK_DGRAM {
-        return connect_datagram(s, fd, family, dest);
+        return connect_datagram(s, fd, family, dest, shown);
     }
     if ty != libc::SOCK_STREAM {
         // Other kinds of sockets to the tunnel are not carried: fail closed rather than let
@@ -199,7 +214,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr) -
     };
     let entry = TunnelSocket {
         pending: Some(control.into_raw_fd()),
-        ..TunnelSocket::new(inode, family, None, Some(dest))
+        ..TunnelSocket::new(inode, family, None, Some(shown))
     };
     sockets::remember(entry);
     if nonblocking {
@@ -266,7 +281,13 @@ fn wait_for_connect(entry: &TunnelSocket) -> Option<c_int> {
 /// A UDP socket connected to a tunnel address: its descriptor becomes one end of a Unix
 /// seqpacket pair whose records are its datagrams, the other end the service's. Answered at
 /// once, blocking or not: connecting UDP sends nothing.
-fn connect_datagram(s: &Settings, fd: c_int, family: c_int, dest: std::net::SocketAddr) -> c_int {
+fn connect_datagram(
+    s: &Settings,
+    fd: c_int,
+    family: c_int,
+    dest: std::net::SocketAddr,
+    shown: std::net::SocketAddr,
+) -> c_int {
     let request = Request {
         op: Op::ConnectUdp,
         addr: dest,
@@ -280,7 +301,7 @@ fn connect_datagram(s: &Settings, fd: c_int, family: c_int, dest: std::net::Sock
     if let Some(inode) = inode {
         sockets::remember(TunnelSocket {
             datagram: true,
-            ..TunnelSocket::new(inode, family, reply.local, Some(dest))
+            ..TunnelSocket::new(inode, family, reply.local, Some(shown))
         });
     }
     0
@@ -759,6 +780,12 @@ unsafe fn destination(fd: c_int, addr: *const sockaddr, len: socklen_t) -> Desti
         };
     };
     let to_tunnel = ordo_attach::through_tunnel(&s.routes, dest.ip());
+    if dns_redirect(s, dest).is_some() {
+        // A query to a host's name server while the tunnel has its own: not carried for an
+        // unconnected socket (its answers would name another source), refused rather than
+        // leaked.
+        return Destination::Refused(libc::ENETUNREACH);
+    }
     if !to_tunnel && !sockets::any_datagram() {
         // Neither a tunnel destination nor a tunnel UDP socket that could be misdirected:
         // the kernel's, without a look-up.

@@ -124,7 +124,7 @@ fn hosts_name(text: &str, ip: IpAddr) -> Option<String> {
 }
 
 /// The names to try for `name`, in order (glibc's with ndots:1).
-fn candidates(dns: &Dns, name: &str) -> Vec<String> {
+pub fn candidates(dns: &Dns, name: &str) -> Vec<String> {
     if let Some(absolute) = name.strip_suffix('.') {
         return vec![absolute.to_string()];
     }
@@ -157,32 +157,7 @@ fn ask_servers(dns: &Dns, name: &str, types: &[TYPE]) -> Option<Answer> {
 /// One query per type to `server` over one connected UDP socket; the answers merged. None if
 /// the server did not answer them all within [`TIMEOUT`], or refused.
 fn ask(server: SocketAddr, name: &str, types: &[TYPE]) -> Option<Answer> {
-    let family = if server.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    // SAFETY: plain socket(2).
-    let raw = unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return None;
-    }
-    // SAFETY: a descriptor socket(2) just returned, owned by nobody else.
-    let socket = Query(unsafe { OwnedFd::from_raw_fd(raw) });
-    let (storage, len) = crate::addr::to_storage(server, family);
-    // Through the program's own connect hook, called directly: a server inside the tunnel is
-    // reached through the stack, one outside by the kernel.
-    // SAFETY: `storage` holds a socket address of `len` bytes.
-    if unsafe {
-        crate::connect(
-            socket.0.as_raw_fd(),
-            (&storage as *const libc::sockaddr_storage).cast(),
-            len,
-        )
-    } != 0
-    {
-        return None;
-    }
+    let socket = query_socket(server)?;
     let mut ids = Vec::with_capacity(types.len());
     for ty in types {
         let id = random_id();
@@ -248,6 +223,68 @@ fn ask(server: SocketAddr, name: &str, types: &[TYPE]) -> Option<Answer> {
         }
     }
     Some(Answer::Found(found))
+}
+
+/// A DNS message `query` (a whole query as res_send(3) takes it) sent to each server in turn,
+/// for [`ATTEMPTS`] rounds; the first answer with the query's identifier. None when none
+/// answered.
+pub fn exchange(dns: &Dns, query: &[u8]) -> Option<Vec<u8>> {
+    let id = query.get(..2)?;
+    for _ in 0..ATTEMPTS {
+        for server in &dns.servers {
+            let Some(socket) = query_socket(SocketAddr::new(*server, 53)) else {
+                continue;
+            };
+            // SAFETY: sending from a live buffer on our own socket.
+            let sent = unsafe {
+                libc::send(
+                    socket.0.as_raw_fd(),
+                    query.as_ptr().cast(),
+                    query.len(),
+                    libc::MSG_NOSIGNAL,
+                )
+            };
+            if sent != query.len() as isize {
+                continue;
+            }
+            let deadline = Instant::now() + TIMEOUT;
+            let mut buf = vec![0u8; 65_536];
+            while let Some(n) = recv_until(socket.0.as_raw_fd(), &mut buf, deadline) {
+                if n >= 12 && buf[..2] == *id {
+                    buf.truncate(n);
+                    return Some(buf);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// A UDP socket connected to `server`, through the program's own connect hook (a server
+/// inside the tunnel is reached through the stack, one outside by the kernel).
+fn query_socket(server: SocketAddr) -> Option<Query> {
+    let family = if server.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain socket(2).
+    let raw = unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor socket(2) just returned, owned by nobody else.
+    let socket = Query(unsafe { OwnedFd::from_raw_fd(raw) });
+    let (storage, len) = crate::addr::to_storage(server, family);
+    // SAFETY: `storage` holds a socket address of `len` bytes.
+    let r = unsafe {
+        crate::connect(
+            socket.0.as_raw_fd(),
+            (&storage as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    (r == 0).then_some(socket)
 }
 
 /// A query's socket: when it closes, the library's table forgets it (a resolver asked

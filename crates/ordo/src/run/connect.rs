@@ -51,9 +51,9 @@ pub struct Stopped<'a> {
     pub fd: RawFd,
 }
 
-/// Makes the stopped connect to `dest` through the stack at `socket`. Err: the errno to
-/// fail the call with.
-pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer, i32> {
+/// Makes the stopped connect to `dest` through the stack at `socket`; the program is told
+/// its remote is `shown`. Err: the errno to fail the call with.
+pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr, shown: SocketAddr) -> Result<Answer, i32> {
     let (listener, stand_ins, id, tid, fd) = (call.listener, call.stand_ins, call.id, call.caller.tid, call.fd);
     let original = call.caller.take_fd(listener, id, fd).map_err(|e| errno(&e))?;
     let family = int_option(original.as_raw_fd(), libc::SO_DOMAIN).unwrap_or(0);
@@ -61,7 +61,7 @@ pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer,
     // TCP and UDP are carried; anything else to the tunnel fails closed.
     match int_option(original.as_raw_fd(), libc::SO_TYPE) {
         Some(libc::SOCK_STREAM) if inet => {}
-        Some(libc::SOCK_DGRAM) if inet => return connect_datagram(call, family, socket, dest),
+        Some(libc::SOCK_DGRAM) if inet => return connect_datagram(call, family, socket, dest, shown),
         _ => return Err(libc::ENETUNREACH),
     }
     // SAFETY: reading the status flags of our copy (the same open file as the program's).
@@ -91,7 +91,7 @@ pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer,
     let names = Names {
         family,
         local: None,
-        remote: dest,
+        remote: shown,
         connected: false,
     };
     if let Some(i) = stand_in_inode {
@@ -137,7 +137,13 @@ pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr) -> Result<Answer,
 /// A UDP socket's connect: its descriptor becomes one end of a Unix seqpacket pair whose
 /// records are its datagrams, as the library makes it (`connect_datagram` in
 /// crates/ordo-preload). Answered at once: connecting UDP sends nothing.
-fn connect_datagram(call: Stopped, family: i32, socket: &Path, dest: SocketAddr) -> Result<Answer, i32> {
+fn connect_datagram(
+    call: Stopped,
+    family: i32,
+    socket: &Path,
+    dest: SocketAddr,
+    shown: SocketAddr,
+) -> Result<Answer, i32> {
     let cloexec = close_on_exec(call.caller.tid, call.fd);
     let (stand_in, service_end) = socket_pair(libc::SOCK_SEQPACKET).map_err(|e| errno(&e))?;
     let request = Request {
@@ -158,7 +164,7 @@ fn connect_datagram(call: Stopped, family: i32, socket: &Path, dest: SocketAddr)
         let names = Names {
             family,
             local: answer.local,
-            remote: dest,
+            remote: shown,
             connected: true,
         };
         call.stand_ins.made(i, names, Some(0));

@@ -127,7 +127,9 @@ impl Program {
             .env(ordo_attach::ENV_SOCKET, &self.socket)
             .env(ordo_attach::ENV_ROUTES, ordo_attach::format_routes(&self.routes));
         // Names resolve through the tunnel's servers when the file names them (the preload
-        // library's getaddrinfo); otherwise as the host resolves them.
+        // library's getaddrinfo, and every DNS query to another server, by the library or the
+        // supervisor); otherwise as the host resolves them.
+        let dns_servers = self.dns.as_ref().map(|d| d.servers.clone()).unwrap_or_default();
         match &self.dns {
             Some(dns) if !dns.servers.is_empty() => command.env(ordo_attach::ENV_DNS, dns.format()),
             _ => command.env_remove(ordo_attach::ENV_DNS),
@@ -165,7 +167,7 @@ impl Program {
         // kernel's route by a seccomp supervisor (supervise.rs): set up in the child between
         // fork and exec, its listener handed to this process.
         let supervise::Supervised { child, supervisor } =
-            supervise::spawn(&mut command, self.routes.clone(), self.socket.clone())
+            supervise::spawn(&mut command, self.routes.clone(), dns_servers, self.socket.clone())
                 .with_context(|| format!("cannot run {}", program.to_string_lossy()))?;
         // Not waited for: processes the program leaves behind stay under the filter, and the
         // supervisor answers them until the last one ends.

@@ -361,8 +361,14 @@ fn read_exact(fd: RawFd, buf: &mut [u8]) -> io::Result<()> {
 enum Verdict {
     /// The kernel carries it out.
     Continue,
-    /// A connect to the tunnel: made through the stack from outside.
-    Connect { fd: RawFd, dest: SocketAddr },
+    /// A connect to the tunnel: made through the stack from outside, to `dest`; the program
+    /// is told it is connected to `shown` (the address it asked for: a DNS query to the
+    /// host's server goes to the tunnel's).
+    Connect {
+        fd: RawFd,
+        dest: SocketAddr,
+        shown: SocketAddr,
+    },
     /// It fails with ENETUNREACH, for this reason.
     Refuse(Refusal),
     /// getsockopt(SO_ERROR): answered here if the socket is a stand-in whose connect failed.
@@ -386,6 +392,9 @@ enum Refusal {
     /// An address of an IP family, or of none (AF_UNSPEC, which a send on an IPv4 socket
     /// takes as IPv4), too short to hold an address.
     Short { family: u16, len: usize },
+    /// A DNS query from an unconnected socket to a name server outside the tunnel while the
+    /// tunnel has its own (`DNS =`).
+    Dns(SocketAddr),
 }
 
 /// Set, the supervisor panics at its first stopped call: how the leak suite sees that a
@@ -400,6 +409,8 @@ const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
 pub struct Supervisor {
     listener: Arc<OwnedFd>,
     routes: Vec<Route>,
+    /// The tunnel's name servers (`DNS =`): DNS queries to others go to them.
+    dns: Vec<IpAddr>,
     /// The stack's attach socket, for connects made from outside.
     socket: PathBuf,
     /// What each process was told already (one message of each kind).
@@ -409,7 +420,7 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    pub fn new(listener: OwnedFd, routes: Vec<Route>, socket: PathBuf) -> Supervisor {
+    pub fn new(listener: OwnedFd, routes: Vec<Route>, dns: Vec<IpAddr>, socket: PathBuf) -> Supervisor {
         // Each stopped call wakes this thread and then the caller: with the synchronous
         // wake-up (Linux 6.6), each of the two wakes the other on the CPU it runs on, as a
         // direct switch, instead of waking an idle CPU. Without it (older kernels) the
@@ -425,6 +436,7 @@ impl Supervisor {
         Supervisor {
             listener: Arc::new(listener),
             routes,
+            dns,
             socket,
             told: HashSet::new(),
             stand_ins: StandIns::default(),
@@ -482,7 +494,7 @@ impl Supervisor {
         let listener = &self.listener;
         match verdict {
             Verdict::Continue => go_on(listener, n.id),
-            Verdict::Connect { fd, dest } => {
+            Verdict::Connect { fd, dest, shown } => {
                 let call = connect::Stopped {
                     listener,
                     stand_ins: &self.stand_ins,
@@ -490,7 +502,7 @@ impl Supervisor {
                     caller,
                     fd,
                 };
-                match connect::connect(call, &self.socket, dest) {
+                match connect::connect(call, &self.socket, dest, shown) {
                     Ok(Answer::Now(value)) => respond(listener, n.id, value),
                     Ok(Answer::Later) => {}
                     Err(errno) => {
@@ -561,6 +573,15 @@ impl Supervisor {
                         Some(&dest) if ordo_attach::through_tunnel(&self.routes, dest.ip()) => Verdict::Connect {
                             fd: args[0] as RawFd,
                             dest,
+                            shown: dest,
+                        },
+                        Some(&shown) => match ordo_attach::dns_redirect(&self.routes, &self.dns, shown) {
+                            Some(dest) => Verdict::Connect {
+                                fd: args[0] as RawFd,
+                                dest,
+                                shown,
+                            },
+                            None => Verdict::Continue,
                         },
                         _ => Verdict::Continue,
                     },
@@ -598,9 +619,15 @@ impl Supervisor {
                 Err(why) => return Verdict::Refuse(why),
             }
         }
-        all.into_iter()
-            .find(|d| ordo_attach::through_tunnel(&self.routes, d.ip()))
-            .map_or(Verdict::Continue, |d| Verdict::Refuse(Refusal::Tunnel(d)))
+        for d in all {
+            if ordo_attach::through_tunnel(&self.routes, d.ip()) {
+                return Verdict::Refuse(Refusal::Tunnel(d));
+            }
+            if ordo_attach::dns_redirect(&self.routes, &self.dns, d).is_some() {
+                return Verdict::Refuse(Refusal::Dns(d));
+            }
+        }
+        Verdict::Continue
     }
 
     /// One message per process and kind of refusal: why its call failed.
@@ -622,6 +649,15 @@ impl Supervisor {
                 "made a connect or a send whose destination cannot be read (the process is not dumpable, or the \
                  address is not in its memory): refused (ENETUNREACH), since it could be a tunnel address. Run \
                  programs that must not be dumpable with `ordo up` and TUN",
+            ),
+            Refusal::Dns(dest) => self.tell_once(
+                tid,
+                "dns",
+                &format!(
+                    "sent a DNS query to {dest}, a name server outside the tunnel, from an unconnected socket while \
+                     the tunnel has its own (DNS =): refused (ENETUNREACH) rather than let the name leave outside \
+                     the tunnel (a connected socket's queries go to the tunnel's server)"
+                ),
             ),
             Refusal::Short { family, len } => self.tell_once(
                 tid,
@@ -809,7 +845,7 @@ pub struct Supervised {
 /// connects to `routes` made through the stack at `socket`, other calls with destinations
 /// in them refused. The filter is set in the child between fork and exec, and its listener
 /// handed to this process over [`ListenerHandover`].
-pub fn spawn(command: &mut Command, routes: Vec<Route>, socket: PathBuf) -> Result<Supervised> {
+pub fn spawn(command: &mut Command, routes: Vec<Route>, dns: Vec<IpAddr>, socket: PathBuf) -> Result<Supervised> {
     notif_sizes().context(
         "this kernel has no seccomp user notification: programs that bypass the C library could not be kept \
          from the kernel's route",
@@ -830,7 +866,7 @@ pub fn spawn(command: &mut Command, routes: Vec<Route>, socket: PathBuf) -> Resu
         .unwrap_or_else(|_| Err(anyhow::anyhow!("the supervisor's thread panicked")));
     match (spawned, listener) {
         (Ok(child), Ok(listener)) => {
-            let supervisor = Supervisor::new(listener, routes, socket).spawn()?;
+            let supervisor = Supervisor::new(listener, routes, dns, socket).spawn()?;
             Ok(Supervised { child, supervisor })
         }
         // The child stopped before exec because the listener was not taken: the reason is
@@ -1024,7 +1060,7 @@ mod tests {
         let mut command = Command::new("python3");
         command.args(["-c", &script]).stdout(std::process::Stdio::piped());
         let Supervised { child, supervisor } =
-            spawn(&mut command, routes, refusing_stack()).expect("spawning python3 under the filter");
+            spawn(&mut command, routes, Vec::new(), refusing_stack()).expect("spawning python3 under the filter");
         let out = child.wait_with_output().unwrap();
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
