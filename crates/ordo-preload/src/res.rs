@@ -254,43 +254,33 @@ pub unsafe extern "C" fn __res_send(m: *const c_uchar, ml: c_int, a: *mut c_ucha
 type NQueryFn = unsafe extern "C" fn(*mut c_void, *const c_char, c_int, c_int, *mut c_uchar, c_int) -> c_int;
 type NSendFn = unsafe extern "C" fn(*mut c_void, *const c_uchar, c_int, *mut c_uchar, c_int) -> c_int;
 
-/// # Safety
-/// As res_nquery(3).
-#[no_mangle]
-pub unsafe extern "C" fn res_nquery(
-    state: *mut c_void,
-    d: *const c_char,
-    c: c_int,
-    t: c_int,
-    a: *mut c_uchar,
-    l: c_int,
-) -> c_int {
-    if resolve::settings().is_none() {
-        // SAFETY: the C library's res_nquery, the caller's arguments.
-        return unsafe { std::mem::transmute::<usize, NQueryFn>(real(b"res_nquery\0"))(state, d, c, t, a, l) };
-    }
-    // SAFETY: the caller's arguments.
-    unsafe { res_query(d, c, t, a, l) }
+/// The form of `$plain` with a resolver state (res_nquery, res_nsearch): the state is the
+/// C library's own without `DNS =`, and not used with it.
+macro_rules! with_state {
+    ($name:ident, $real:literal, $plain:ident) => {
+        /// # Safety
+        /// As the resolver's function of this name (resolv.h).
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            state: *mut c_void,
+            d: *const c_char,
+            c: c_int,
+            t: c_int,
+            a: *mut c_uchar,
+            l: c_int,
+        ) -> c_int {
+            if resolve::settings().is_none() {
+                // SAFETY: the C library's function of this name, the caller's arguments.
+                return unsafe { std::mem::transmute::<usize, NQueryFn>(real($real))(state, d, c, t, a, l) };
+            }
+            // SAFETY: the caller's arguments.
+            unsafe { $plain(d, c, t, a, l) }
+        }
+    };
 }
 
-/// # Safety
-/// As res_nsearch(3).
-#[no_mangle]
-pub unsafe extern "C" fn res_nsearch(
-    state: *mut c_void,
-    d: *const c_char,
-    c: c_int,
-    t: c_int,
-    a: *mut c_uchar,
-    l: c_int,
-) -> c_int {
-    if resolve::settings().is_none() {
-        // SAFETY: the C library's res_nsearch, the caller's arguments.
-        return unsafe { std::mem::transmute::<usize, NQueryFn>(real(b"res_nsearch\0"))(state, d, c, t, a, l) };
-    }
-    // SAFETY: the caller's arguments.
-    unsafe { res_search(d, c, t, a, l) }
-}
+with_state!(res_nquery, b"res_nquery\0", res_query);
+with_state!(res_nsearch, b"res_nsearch\0", res_search);
 
 /// # Safety
 /// As res_nsend(3).
