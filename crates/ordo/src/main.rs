@@ -144,6 +144,7 @@ enum Command {
         path: std::path::PathBuf,
         dev: u64,
         ino: u64,
+        changed: i64,
     },
 }
 
@@ -345,7 +346,12 @@ fn run(cli: Cli) -> Result<()> {
             println!("{}", k.public_key().to_base64());
             Ok(())
         }
-        Command::UapiJanitor { path, dev, ino } => janitor::run(&path, FileIdentity { dev, ino }),
+        Command::UapiJanitor {
+            path,
+            dev,
+            ino,
+            changed,
+        } => janitor::run(&path, FileIdentity { dev, ino, changed }),
     }
 }
 

@@ -107,6 +107,7 @@ pub fn serve(cfg: &WgQuickConfig, source: &Path, ifname: &str, privileges: &Priv
             };
             _janitors.push(janitor::spawn(f, stderr)?);
         }
+        daemon::privileges::ensure_alone()?;
         daemon::privileges::drop_privileges(user, false)
             .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
     }

@@ -14,14 +14,19 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-/// The hidden subcommand: `ordo uapi-janitor PATH DEV INO`, the pipe on stdin.
+/// The hidden subcommand: `ordo uapi-janitor PATH DEV INO CHANGED`, the pipe on stdin.
 pub const SUBCOMMAND: &str = "uapi-janitor";
 
-/// Which file the daemon bound: another file at the same path belongs to someone else.
+/// Which file the daemon bound: another file at the same path belongs to someone else. The
+/// inode number alone does not say: a file made after one was removed may get its number.
+/// Its status change time (nanoseconds) is when it was made and set up, which no later file
+/// shares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileIdentity {
     pub dev: u64,
     pub ino: u64,
+    /// Its last status change, in nanoseconds since the epoch.
+    pub changed: i64,
 }
 
 impl FileIdentity {
@@ -30,6 +35,7 @@ impl FileIdentity {
         Ok(FileIdentity {
             dev: m.dev(),
             ino: m.ino(),
+            changed: m.ctime().saturating_mul(1_000_000_000).saturating_add(m.ctime_nsec()),
         })
     }
 }
@@ -45,6 +51,7 @@ pub fn spawn(path: &Path, stderr: Stdio) -> Result<PipeWriter> {
         .arg(path)
         .arg(identity.dev.to_string())
         .arg(identity.ino.to_string())
+        .arg(identity.changed.to_string())
         .stdin(reader)
         .stdout(Stdio::null())
         .stderr(stderr)

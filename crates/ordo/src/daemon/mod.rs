@@ -181,6 +181,7 @@ pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Resul
             Ok(pipe) => _janitor = Some(pipe),
             Err(e) => log::warn!("{e:#}: the UAPI socket may outlive the daemon"),
         }
+        privileges::ensure_alone()?;
         privileges::drop_privileges(user, config.delivery_fifo)
             .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
     }

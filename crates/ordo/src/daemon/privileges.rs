@@ -66,15 +66,6 @@ fn find_user(name: &str) -> Result<Identity> {
 /// no supplementary groups), keeping those capabilities across the switch. Capabilities are
 /// per thread, so this runs before any thread is started.
 pub fn drop_privileges(user: &str, realtime: bool) -> Result<()> {
-    // Capabilities and no_new_privs are each thread's own: a thread started before this
-    // would keep what the process gives up. None may be (the data plane's start after).
-    let others = other_threads();
-    if !others.is_empty() {
-        bail!(
-            "threads started before the privileges are dropped would keep them: {}",
-            others.join(", ")
-        );
-    }
     let target = find_user(user)?;
     let mut keep: CapsHashSet = [Capability::CAP_NET_ADMIN, Capability::CAP_NET_BIND_SERVICE]
         .into_iter()
@@ -95,6 +86,20 @@ pub fn drop_privileges(user: &str, realtime: bool) -> Result<()> {
     caps::set(None, CapSet::Effective, &keep)?;
     caps::set(None, CapSet::Permitted, &keep)?;
     no_new_privs()
+}
+
+/// Fails if the process has any thread but the calling one. Capabilities and no_new_privs
+/// are each thread's own: a thread started before [`drop_privileges`] would keep what the
+/// process gives up, so the daemon calls this first (its data plane starts after).
+pub fn ensure_alone() -> Result<()> {
+    let others = other_threads();
+    if !others.is_empty() {
+        bail!(
+            "threads started before the privileges are dropped would keep them: {}",
+            others.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// The names of this process's threads other than the calling one.
