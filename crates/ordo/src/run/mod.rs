@@ -8,6 +8,7 @@
 //! instead ([`crate::shared_stack`]), which outlives it.
 
 mod connect;
+mod destination;
 mod listener;
 mod stand_ins;
 mod supervise;
