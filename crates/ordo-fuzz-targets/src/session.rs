@@ -12,6 +12,12 @@ use ordo_proto::{Received, Sent, SEND_HEADROOM};
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
+/// The simulated time a script may step: past every timer of the protocol (key erasure at
+/// REJECT_AFTER_TIME * 3 = 540 s, a session's rekeys every REKEY_AFTER_TIME = 120 s) with
+/// room to spare. Beyond it the timers only repeat, and a script that stepped hours made
+/// dozens of handshakes per execution: most of the target's time.
+const SCRIPTED_TIME: Duration = Duration::from_secs(900);
+
 /// A datagram in flight.
 #[derive(Clone)]
 struct Datagram {
@@ -130,6 +136,14 @@ impl World {
         self.collect();
     }
 
+    /// Time stepped by the script, up to [`SCRIPTED_TIME`] in all.
+    fn script_advance(&mut self, d: Duration) {
+        let left = SCRIPTED_TIME.saturating_sub(self.pair.now - self.pair.t0);
+        if !left.is_zero() {
+            self.advance(d.min(left));
+        }
+    }
+
     /// One step of the adversary's script.
     fn step(&mut self, op: u8, arg: u8) {
         match op % 12 {
@@ -160,8 +174,8 @@ impl World {
                     d.bytes[at] ^= 1 << (arg % 8);
                 }
             }
-            7 => self.advance(Duration::from_millis(arg as u64 * 50)),
-            8 => self.advance(Duration::from_secs(arg as u64 * 4)),
+            7 => self.script_advance(Duration::from_millis(arg as u64 * 50)),
+            8 => self.script_advance(Duration::from_secs(arg as u64 * 4)),
             9 => {
                 if let Some(d) = self.wire.pop_front() {
                     self.deliver(d, true);

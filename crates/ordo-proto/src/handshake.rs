@@ -3,7 +3,7 @@
 //! is fresh and where state lives are decided by the caller ([`crate::interface`]).
 
 use crate::crypto::{aead_open, aead_seal, hash, kdf};
-use crate::curve::{public_of, shared};
+use crate::curve::{ephemeral, public_of, shared};
 use crate::keys::{PresharedKey, PrivateKey, PublicKey};
 use crate::messages::{Initiation, Response};
 use rand_core::{CryptoRng, RngCore};
@@ -118,7 +118,7 @@ pub fn create_initiation(
 ) -> Result<(Initiation, InitiatorState), HandshakeError> {
     let (ck, h) = initial_chain();
     let h = hash(&[&h, &remote.0]);
-    let ephemeral = StaticSecret::random_from_rng(rng);
+    let ephemeral = ephemeral(rng);
     let e_pub = public_of(&ephemeral);
     let [ck] = kdf::<1>(&ck, &e_pub);
     let h = hash(&[&h, &e_pub]);
@@ -193,7 +193,7 @@ pub fn create_response(
     local_index: u32,
     rng: &mut (impl RngCore + CryptoRng),
 ) -> Result<(Response, SessionKeys), HandshakeError> {
-    let ephemeral = StaticSecret::random_from_rng(rng);
+    let ephemeral = ephemeral(rng);
     let e_pub = public_of(&ephemeral);
     let [ck] = kdf::<1>(&init.ck, &e_pub);
     let h = hash(&[&init.h, &e_pub]);
