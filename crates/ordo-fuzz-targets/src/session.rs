@@ -16,7 +16,7 @@ use std::time::Duration;
 /// REJECT_AFTER_TIME * 3 = 540 s, a session's rekeys every REKEY_AFTER_TIME = 120 s) with
 /// room to spare. Beyond it the timers only repeat, and a script that stepped hours made
 /// dozens of handshakes per execution: most of the target's time.
-const SCRIPTED_TIME: Duration = Duration::from_secs(3600);
+const SCRIPTED_TIME: Duration = Duration::from_secs(900);
 
 /// A datagram in flight.
 #[derive(Clone)]
