@@ -289,7 +289,7 @@ EOF
     ping_ok "$NS_A" "$IN_B" || fail "tunnel broken after the burst"
 }
 
-# A `wg set` that cannot be carried out changes nothing (issue 38): a new listen port that is
+# A `wg set` that cannot be carried out changes nothing: a new listen port that is
 # in use, asked for with a new fwmark and a new peer, fails with the protocol's errno and
 # leaves the port, the mark and the peers as they were; the same port with a new mark changes
 # the mark alone; the tunnel works throughout.
@@ -1171,7 +1171,7 @@ t_xdp_fallback() {
     ping_ok "$NS_A" "$IN_B" || fail "the first tunnel broke"
 }
 
-# A local user cannot take the daemon down (issue 38). The daemon starts with a soft limit of
+# A local user cannot take the daemon down. The daemon starts with a soft limit of
 # 1024 descriptors, as a service gets by default, and raises it to its hard limit. While a
 # flow runs through the tunnel, another unprivileged user keeps 3,000 connections to the
 # metrics endpoint open, opening new ones as the endpoint sheds them, and tries the UAPI

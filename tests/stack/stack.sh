@@ -733,7 +733,7 @@ except OSError as e:
         || fail "dnsmasq did not see the reverse query: $(cat "$WORK/dnsmasq.log")"
 }
 
-# No name query leaves outside the tunnel with `DNS =` set (issue 38). A's resolv.conf names
+# No name query leaves outside the tunnel with `DNS =` set. A's resolv.conf names
 # a server outside the tunnel (B's veth address, where a second dnsmasq answers every name
 # with 192.0.2.66 and logs what it is asked); the tunnel's server (B's tunnel address)
 # answers web.ordo.test with B's tunnel address. Every way a program resolves: getaddrinfo,
@@ -1144,7 +1144,7 @@ t_wildcard_server() {
     cmp "$WORK/nc.in" "$WORK/nc.out" || fail "nc listening on every address: bytes differ"
 }
 
-# The leak suite (issue 38). A probe (tests/stack/leak-probe.c, built dynamic and static)
+# The leak suite. A probe (tests/stack/leak-probe.c, built dynamic and static)
 # tries every way a program can reach the far end's tunnel addresses: the C library's calls
 # and their raw system calls; every address form the kernel accepts (family 0, an IPv4
 # address in a longer buffer, IPv6 of 24 and 28 bytes, a scope id, IPv4-mapped, too short);
