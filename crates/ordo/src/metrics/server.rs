@@ -121,20 +121,23 @@ async fn accept_loop<F: Fn() -> String + 'static>(listener: TcpListener, limits:
             }
         };
         let (shed, shed_signal) = oneshot::channel();
-        {
+        let shed_one = {
             let mut open = table.borrow_mut();
+            let mut shed_one = false;
             if open.len() >= limits.connections {
                 let idle = open.iter().find(|(_, c)| c.reading).map(|(id, _)| *id);
                 match idle.and_then(|id| open.remove(&id)) {
                     Some(oldest) => {
                         let _ = oldest.shed.send(());
+                        shed_one = true;
                     }
                     // Every one is being answered: this one waits for nothing.
                     None => continue,
                 }
             }
             open.insert(next, Open { reading: true, shed });
-        }
+            shed_one
+        };
         let id = next;
         next += 1;
         let (render, table) = (render.clone(), table.clone());
@@ -145,6 +148,11 @@ async fn accept_loop<F: Fn() -> String + 'static>(listener: TcpListener, limits:
             }
             table.borrow_mut().remove(&id);
         });
+        if shed_one {
+            // The shed connection's task closes it when it next runs: let it run before the
+            // next accept, so that the descriptors held stay at the limit under a flood.
+            tokio::task::yield_now().await;
+        }
     }
 }
 
