@@ -34,6 +34,9 @@ unit: smoltcp-test
 	@# The binary users run is the release one, where moves and stack reuse differ: keys are
 	@# looked for in freed memory there too.
 	$(CARGO) test --release --locked -p ordo --test secrets
+	@# The protocol as the fuzz campaign builds it (cfg fuzzing: its curve and hash results
+	@# remembered, crates/ordo-proto/src/memo.rs): the same test vectors and handshakes pass.
+	RUSTFLAGS="--cfg fuzzing" $(CARGO) test --locked -p ordo-proto --target-dir target/cfg-fuzzing
 	python3 scripts/profile-classify-test.py
 
 # The vendored smoltcp that carries Ordo's TCP patches (third_party/README.md), with its own

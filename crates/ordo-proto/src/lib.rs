@@ -30,6 +30,8 @@ pub mod events;
 pub mod handshake;
 pub mod interface;
 pub mod keys;
+#[cfg(any(fuzzing, test))]
+mod memo;
 pub mod messages;
 pub mod packet;
 pub mod peer;
