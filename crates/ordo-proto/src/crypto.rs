@@ -15,48 +15,22 @@ pub const TAG_LEN: usize = 16;
 
 /// HASH(input): BLAKE2s-256 over the concatenation of `parts`.
 pub fn hash(parts: &[&[u8]]) -> [u8; 32] {
-    let compute = || {
-        let mut h = Blake2s256::new();
-        for p in parts {
-            Digest::update(&mut h, p);
-        }
-        h.finalize().into()
-    };
-    #[cfg(fuzzing)]
-    return remembered(crate::memo::Function::Hash, &[], parts, compute);
-    #[cfg(not(fuzzing))]
-    compute()
+    let mut h = Blake2s256::new();
+    for p in parts {
+        Digest::update(&mut h, p);
+    }
+    h.finalize().into()
 }
 
 /// MAC(key, input): keyed BLAKE2s with a 16-byte output. Keys are 32 bytes (mac1, cookie keys)
 /// or 16 bytes (a cookie used as the key of mac2).
 pub fn mac(key: &[u8], parts: &[&[u8]]) -> [u8; 16] {
-    let compute = || {
-        let mut m = <Blake2sMac<blake2::digest::consts::U16> as blake2::digest::KeyInit>::new_from_slice(key)
-            .expect("BLAKE2s accepts keys of 1..=32 bytes");
-        for p in parts {
-            Update::update(&mut m, p);
-        }
-        m.finalize_fixed().into()
-    };
-    #[cfg(fuzzing)]
-    return remembered(crate::memo::Function::Mac, key, parts, compute);
-    #[cfg(not(fuzzing))]
-    compute()
-}
-
-/// Under the fuzzer, a result of HASH, MAC or KDF is computed once ([`crate::memo`]).
-#[cfg(fuzzing)]
-fn remembered<const N: usize>(
-    f: crate::memo::Function,
-    key: &[u8],
-    parts: &[&[u8]],
-    compute: impl FnOnce() -> [u8; N],
-) -> [u8; N] {
-    let mut out = [0u8; N];
-    let all: Vec<&[u8]> = std::iter::once(key).chain(parts.iter().copied()).collect();
-    crate::memo::remembered(f, &all, &mut out, |o| o.copy_from_slice(&compute()));
-    out
+    let mut m = <Blake2sMac<blake2::digest::consts::U16> as blake2::digest::KeyInit>::new_from_slice(key)
+        .expect("BLAKE2s accepts keys of 1..=32 bytes");
+    for p in parts {
+        Update::update(&mut m, p);
+    }
+    m.finalize_fixed().into()
 }
 
 /// HMAC(key, input) over any hash; WireGuard uses it with BLAKE2s inside the KDF.
@@ -82,7 +56,8 @@ pub fn kdf<const N: usize>(key: &[u8; 32], input: &[u8]) -> [Zeroizing<[u8; 32]>
     kdf_with::<SimpleHmac<Blake2s256>, 32, N>(key, input)
 }
 
-/// Under the fuzzer, KDF_n computed once ([`crate::memo`]).
+/// Under the fuzzer, KDF_n computed once ([`crate::memo`]): twelve BLAKE2s compressions for
+/// KDF_2. HASH and MAC, one to three, cost about what a look-up costs, and are not remembered.
 #[cfg(fuzzing)]
 fn remembered_kdf<const N: usize>(key: &[u8; 32], input: &[u8]) -> [Zeroizing<[u8; 32]>; N] {
     let mut all = Zeroizing::new([0u8; 96]);

@@ -1,9 +1,9 @@
-//! Under the fuzzer only (`cfg(fuzzing)`, which cargo-fuzz sets): the results of the pure
-//! cryptographic functions, remembered by their exact inputs.
+//! Under the fuzzer only (`cfg(fuzzing)`, which cargo-fuzz sets): the results of the costly
+//! pure cryptographic functions (X25519, the handshake's KDF), remembered by their exact inputs.
 //!
 //! The fuzz targets build the same interfaces from fixed keys and seeded generators for every
 //! input, and their scripts step time in fixed quanta, so the same handshakes, with the same
-//! timestamps, come back input after input; computing their X25519 and BLAKE2s operations
+//! timestamps, come back input after input; computing their X25519 operations and KDFs
 //! again took most of every execution. Those functions are x25519-dalek's and RustCrypto's,
 //! not the code under test, and each result is the function's own for those inputs: the memo
 //! changes nothing a target can observe but its speed. It holds secrets, which a fuzzer's keys
@@ -21,8 +21,6 @@ const MAX_ENTRIES: usize = 1 << 16;
 #[cfg_attr(not(fuzzing), allow(dead_code))]
 pub(crate) enum Function {
     Curve = 1,
-    Hash,
-    Mac,
     Kdf,
 }
 
@@ -128,13 +126,13 @@ mod tests {
             });
             out
         };
-        assert_eq!(f(Function::Hash, &[b"ab", b"c"], 4), [1; 4]);
-        assert_eq!(f(Function::Hash, &[b"ab", b"c"], 4), [1; 4]);
-        assert_eq!(f(Function::Hash, &[b"a", b"bc"], 4), [2; 4]);
-        assert_eq!(f(Function::Mac, &[b"ab", b"c"], 4), [3; 4]);
-        assert_eq!(f(Function::Hash, &[b"ab", b"c"], 8), [4; 8]);
-        assert_eq!(f(Function::Hash, &[b"ab", b"c", b""], 8), [5; 8]);
-        assert_eq!(f(Function::Hash, &[b"ab", b"c"], 8), [4; 8]);
+        assert_eq!(f(Function::Curve, &[b"ab", b"c"], 4), [1; 4]);
+        assert_eq!(f(Function::Curve, &[b"ab", b"c"], 4), [1; 4]);
+        assert_eq!(f(Function::Curve, &[b"a", b"bc"], 4), [2; 4]);
+        assert_eq!(f(Function::Kdf, &[b"ab", b"c"], 4), [3; 4]);
+        assert_eq!(f(Function::Curve, &[b"ab", b"c"], 8), [4; 8]);
+        assert_eq!(f(Function::Curve, &[b"ab", b"c", b""], 8), [5; 8]);
+        assert_eq!(f(Function::Curve, &[b"ab", b"c"], 8), [4; 8]);
     }
 
     #[test]
@@ -145,7 +143,7 @@ mod tests {
         assert!(!are_inputs(&stored, Function::Kdf, &[b"key", b"inpu"], 64));
         assert!(!are_inputs(&stored, Function::Kdf, &[b"key", b"input", b""], 64));
         assert!(!are_inputs(&stored, Function::Kdf, &[b"keyinput"], 64));
-        assert!(!are_inputs(&stored, Function::Hash, &[b"key", b"input"], 64));
+        assert!(!are_inputs(&stored, Function::Curve, &[b"key", b"input"], 64));
         assert!(!are_inputs(&stored, Function::Kdf, &[b"key", b"input"], 32));
     }
 }
