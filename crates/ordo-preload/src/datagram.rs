@@ -51,7 +51,7 @@ fn bind_in_stack(
         nonblocking: None,
         v6_only,
     };
-    let (reply, inode) = crate::stand_in_from_service(s, fd, libc::SOCK_SEQPACKET, &request, host)?;
+    let (reply, inode) = crate::stand_in::stand_in_from_service(s, fd, libc::SOCK_SEQPACKET, &request, host)?;
     let Some(marker) = reply.marker else {
         set_errno(libc::EPROTO);
         return Err(-1);

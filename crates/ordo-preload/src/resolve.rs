@@ -278,7 +278,7 @@ fn query_socket(server: SocketAddr) -> Option<Query> {
     let (storage, len) = crate::addr::to_storage(server, family);
     // SAFETY: `storage` holds a socket address of `len` bytes.
     let r = unsafe {
-        crate::connect(
+        crate::hooks::connect(
             socket.0.as_raw_fd(),
             (&storage as *const libc::sockaddr_storage).cast(),
             len,
@@ -345,9 +345,37 @@ fn hosts_has(text: &str, name: &str) -> bool {
         .any(|l| l.split_whitespace().skip(1).any(|n| n.eq_ignore_ascii_case(name)))
 }
 
+/// Where a DNS query to `dest` goes instead (ordo_attach::dns_redirect), with `DNS =`.
+pub(crate) fn dns_redirect(s: &crate::Settings, dest: std::net::SocketAddr) -> Option<std::net::SocketAddr> {
+    ordo_attach::dns_redirect(&s.routes, &settings()?.servers, dest)
+}
+
+/// Whether `name` is one for the tunnel's name servers: not numeric, not asked to be, not in
+/// the hosts file.
+pub(crate) fn resolved_by_tunnel(name: &str, hints: Option<&libc::addrinfo>) -> bool {
+    let numeric_only = hints.is_some_and(|h| h.ai_flags & libc::AI_NUMERICHOST != 0);
+    // Addresses in any form the C library parses (IPv6 with a scope, IPv4 with fewer
+    // parts) are numbers: its own business.
+    let numeric = name.contains(':') || name.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    !numeric_only && !numeric && !name.is_empty() && !in_hosts_file(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_and_asked_for_numbers_stay_the_c_library_s() {
+        // SAFETY: addrinfo is plain data; all zeros is "no hints".
+        let mut numeric: libc::addrinfo = unsafe { std::mem::zeroed() };
+        numeric.ai_flags = libc::AI_NUMERICHOST;
+        for n in ["10.0.0.1", "127.1", "fe80::1%eth0", "::1", ""] {
+            assert!(!resolved_by_tunnel(n, None), "{n}");
+        }
+        assert!(!resolved_by_tunnel("web.example", Some(&numeric)));
+        assert!(resolved_by_tunnel("web.example", None));
+        assert!(resolved_by_tunnel("10.0.0.1.example", None));
+    }
 
     #[test]
     fn names_are_tried_as_glibc_tries_them() {

@@ -375,7 +375,7 @@ pub unsafe extern "C" fn getaddrinfo_a(
             continue;
         };
         // SAFETY: the request's own strings and hints, and its result's place.
-        r.ret = unsafe { crate::getaddrinfo(r.ar_name, r.ar_service, r.ar_request, &mut r.ar_result) };
+        r.ret = unsafe { super::resolver::getaddrinfo(r.ar_name, r.ar_service, r.ar_request, &mut r.ar_result) };
     }
     const GAI_NOWAIT: c_int = 1;
     // SAFETY: `sevp` is null or the caller's notification, as getaddrinfo_a(3) says.

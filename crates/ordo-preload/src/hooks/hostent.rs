@@ -10,8 +10,7 @@
 //! `_r` forms; ERANGE when it is too small) or in one static buffer (the others, whose result
 //! stays valid until the next call, as the C library's).
 
-use crate::real;
-use crate::resolve;
+use crate::{real, resolve};
 use libc::{c_char, c_int, c_void, hostent, socklen_t};
 use std::cell::UnsafeCell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -52,7 +51,7 @@ fn by_name(name: *const c_char, family: c_int) -> Option<Result<Entry, c_int>> {
     }
     // SAFETY: a NUL-terminated string, as gethostbyname(3) promises.
     let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_str().ok()?;
-    if !crate::resolved_by_tunnel(name, None) {
+    if !crate::resolve::resolved_by_tunnel(name, None) {
         return None;
     }
     let found = std::panic::catch_unwind(|| resolve::lookup(dns, name, family)).ok()?;
