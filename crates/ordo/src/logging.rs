@@ -8,7 +8,9 @@
 //! | `silent` | nothing |
 //!
 //! Each line: a UTC timestamp, the level, `ordo[IFNAME]:` and the message. Other crates'
-//! records (smoltcp's, the HTTP server's) only from warnings up. No line carries a private or
+//! records (smoltcp's, the HTTP parser's) only from warnings up, but the netlink crates'
+//! ([`CHATTY`]) only at `verbose`: their warnings are about their own parsing (a kernel newer
+//! than they know of), nothing an operator can act on. No line carries a private or
 //! preshared key: keys print as `<redacted>` (`ordo_proto::keys`), and peers are named by
 //! public key.
 
@@ -17,6 +19,33 @@ use std::io::Write;
 
 /// The environment variable, as wireguard-go names it.
 pub const LEVEL_ENV: &str = "LOG_LEVEL";
+
+/// Crates whose warnings are internal chatter: shown at `verbose` only.
+pub const CHATTY: &[&str] = &[
+    "netlink_packet_core",
+    "netlink_packet_route",
+    "netlink_packet_utils",
+    "netlink_proto",
+    "netlink_sys",
+    "rtnetlink",
+];
+
+/// What each module logs at `filter` (Ordo's level): Ordo's own at it, [`CHATTY`] crates
+/// at `verbose` only, every other crate from warnings up (the `None` entry).
+pub fn module_levels(filter: LevelFilter) -> Vec<(Option<&'static str>, LevelFilter)> {
+    let chatty = if filter >= LevelFilter::Debug {
+        LevelFilter::Debug
+    } else {
+        LevelFilter::Off
+    };
+    let mut levels = vec![
+        (None, filter.min(LevelFilter::Warn)),
+        (Some("ordo"), filter),
+        (Some("ordo_proto"), filter),
+    ];
+    levels.extend(CHATTY.iter().map(|c| (Some(*c), chatty)));
+    levels
+}
 
 /// The level `value` of `LOG_LEVEL` asks for (`default` when unset or empty).
 pub fn level(value: Option<&str>, default: LevelFilter) -> Result<LevelFilter, String> {
@@ -39,11 +68,11 @@ pub fn init(name: &str, default: LevelFilter) {
         Err(e) => (default, Some(e)),
     };
     let name = name.to_string();
-    let others = filter.min(LevelFilter::Warn);
-    let _ = env_logger::Builder::new()
-        .filter_level(others)
-        .filter_module("ordo", filter)
-        .filter_module("ordo_proto", filter)
+    let mut builder = env_logger::Builder::new();
+    for (module, level) in module_levels(filter) {
+        builder.filter(module, level);
+    }
+    let _ = builder
         .format(move |buf, record| {
             writeln!(
                 buf,
@@ -74,5 +103,26 @@ mod tests {
         assert!(level(Some("loud"), d)
             .unwrap_err()
             .contains("verbose, info, error or silent"));
+    }
+
+    #[test]
+    fn netlink_chatter_is_heard_at_verbose_only() {
+        let of = |filter, module: Option<&str>| {
+            module_levels(filter)
+                .into_iter()
+                .find(|(m, _)| *m == module)
+                .map(|(_, l)| l)
+        };
+        let route = Some("netlink_packet_route");
+        assert_eq!(of(LevelFilter::Info, route), Some(LevelFilter::Off));
+        assert_eq!(of(LevelFilter::Warn, route), Some(LevelFilter::Off));
+        assert_eq!(of(LevelFilter::Debug, route), Some(LevelFilter::Debug));
+        assert_eq!(of(LevelFilter::Info, Some("ordo")), Some(LevelFilter::Info));
+        assert_eq!(
+            of(LevelFilter::Info, None),
+            Some(LevelFilter::Warn),
+            "other crates' warnings"
+        );
+        assert_eq!(of(LevelFilter::Off, None), Some(LevelFilter::Off));
     }
 }
