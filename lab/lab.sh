@@ -3,12 +3,12 @@
 # one run, with `ordo loadgen` playing the clients. Writes results.jsonl, SVG figures and
 # report.md (each figure beside the paper figure it reproduces) under lab/out/SCENARIO.
 #
-#   lab/lab.sh many-clients [--short]   papers/000 figures 1, 6-9: 10 ... 1,000 clients
+#   lab/lab.sh many-clients [--short]   Mounah et al. (SYSTOR 2025) figures 1, 6-9: 10 ... 1,000 clients
 #   lab/lab.sh inversion [--short]      execution order inversion made visible: Ordo's threaded
 #                                       model with delivery at SCHED_FIFO, beside the normal ones
-#   lab/lab.sh many-tunnels [--short]   papers/003 figures 4, 8, 9: two gateways, 1 ... 16 tunnels
+#   lab/lab.sh many-tunnels [--short]   Barone et al. (HPSR 2025) figures 4, 8, 9: two gateways, 1 ... 16 tunnels
 #                                       with one TCP flow each, one tunnel with 1 ... 8 flows
-#   lab/lab.sh soak [--short]           issue 19: 1,000 clients for 30 minutes (LAB_SOAK_SECONDS)
+#   lab/lab.sh soak [--short]           1,000 clients for 30 minutes (LAB_SOAK_SECONDS)
 #                                       rekeying, a tenth roaming, peers added and removed every
 #                                       second; the server's RSS and descriptors each second;
 #                                       exits non-zero if a check is not met
@@ -88,7 +88,7 @@ EOF
         "$(python3 -c "import json;print(json.load(open('$report'))['round_trip']['p99_us'])")"
 }
 
-# ---- soak (issue 19) --------------------------------------------------------------------------
+# ---- soak -------------------------------------------------------------------------------------
 
 # soak_sampler PID FILE: each second, the seconds elapsed, the server's RSS (kB), its open
 # descriptors and its peers, until it is killed.
@@ -119,7 +119,7 @@ soak_churn() {
     done
 }
 
-# ---- many tunnels (papers/003): source -> gw1 => T tunnels => gw2 -> drain --------------------
+# ---- many tunnels (Barone et al.): source -> gw1 => T tunnels => gw2 -> drain --------------------
 GW_NS=(lab-src lab-gw1 lab-gw2 lab-dst)
 
 gw_teardown() {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the metrics endpoint costs (issue 22), in one run:
+# What the metrics endpoint costs, in one run:
 #   1. one TCP flow A->B through an Ordo tunnel (the same as `make bench`'s), with and
 #      without a scraper reading both daemons' /metrics every 100 ms; the runs alternate,
 #      and the ratio of the medians is the cost;

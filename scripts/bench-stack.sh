@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A program through Ordo's own TCP/IP stack (`ordo run -- iperf3`, Inner = stack) against the
-# same program through Ordo's TUN path, in one run (issue 20's benchmark). Host B runs Ordo
+# same program through Ordo's TUN path, in one run. Host B runs Ordo
 # with TUN and the iperf3 server, with two peers: A's TUN interface (10.99.0.1) and A's
 # `ordo run` stack (10.99.0.3), so that both paths exist at once and the runs interleave:
 # stack, tun, stack, tun... one TCP flow each way.

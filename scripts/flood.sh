@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A handshake flood against a server while an established peer runs one TCP flow through it
-# (issue 19). Two hosts over veth: B is the server (configured for the established peer A
+# Two hosts over veth: B is the server (configured for the established peer A
 # and for NEW load-generator clients), A runs the established peer's tunnel end, iperf3's
 # client, the flood (`ordo loadgen flood`, from SOURCES addresses of A's own) and, once the
 # flood is under way, NEW clients that must complete their handshakes through it. Phases,

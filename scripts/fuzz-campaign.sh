@@ -9,7 +9,7 @@
 #   scripts/fuzz-campaign.sh [SECONDS=3600] [TARGET...]
 #
 # A target stops at SECONDS or when its executions recorded in fuzz/campaign.tsv reach
-# FUZZ_GOAL (10^8 by default, the goal of issue 19), whichever comes first, so the campaign
+# FUZZ_GOAL (10^8 by default), whichever comes first, so the campaign
 # can be run again and again until every target has its 10^8; a target past its goal is
 # skipped (FUZZ_GOAL=0 runs it anyway). FUZZ_SANITIZER=none|address overrides the sanitizer.
 #

@@ -1027,7 +1027,7 @@ assert replays == f["sent"], "each replay refused as one"
 EOF
 }
 
-# ---- Outer = xdp: AF_XDP beside the kernel (issue 21) --------------------------------------
+# ---- Outer = xdp: AF_XDP beside the kernel -----------------------------------------------
 
 # same_digests RESULT WHAT: tcp_sha256's two digests are one.
 same_digests() { [[ -n "${1%% *}" && "${1%% *}" == "${1##* }" ]] || fail "$2: sent and received digests differ: $1"; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Applications through Ordo's own TCP/IP stack (`ordo run`, issue 20), in network namespaces:
+# Applications through Ordo's own TCP/IP stack (`ordo run`), in network namespaces:
 # host A runs the program under `ordo run` as an unprivileged user with no capability (no TUN,
 # no root); host B runs a peer with a TUN device and the servers. Run as root after
 # `cargo build --release`:

@@ -284,7 +284,7 @@ one 2-core machine, so absolute figures are two orders of magnitude lower and on
 and the ratios between implementations measured in the same run compare.";
 
 fn many_clients(dir: &Path, points: &[Point]) -> Result<String> {
-    let mut md = String::from("# Lab: many clients (papers/000)\n\n");
+    let mut md = String::from("# Lab: many clients (Mounah et al., SYSTOR 2025)\n\n");
     let _ = writeln!(
         md,
         "Every implementation served the same clients in one run (`lab/lab.sh many-clients`): \
@@ -349,7 +349,7 @@ fn many_clients(dir: &Path, points: &[Point]) -> Result<String> {
         ("rtt-p99.svg", "figure 9", "p99 latency against clients, under load (46-65% lower once the inversion is removed); measured by round-trip probes beside the upload stream"),
         ("rtt-p99-rr.svg", "figure 9", "the same latency with no stream: closed-loop round trips alone (netperf TCP_RR)"),
     ] {
-        let _ = writeln!(md, "## {file}\n\n![{file}]({file})\n\nReproduces papers/000 {paper}: {what}.\n");
+        let _ = writeln!(md, "## {file}\n\n![{file}]({file})\n\nReproduces Mounah et al., SYSTOR 2025, {paper}: {what}.\n");
     }
     let _ = writeln!(md, "## The figures\n");
     let _ = writeln!(
@@ -411,7 +411,7 @@ fn many_clients(dir: &Path, points: &[Point]) -> Result<String> {
 }
 
 fn many_tunnels(dir: &Path, points: &[Point]) -> Result<String> {
-    let mut md = String::from("# Lab: many tunnels (papers/003)\n\n");
+    let mut md = String::from("# Lab: many tunnels (Barone et al., HPSR 2025)\n\n");
     let _ = writeln!(
         md,
         "Two gateways between a source and a drain namespace (`lab/lab.sh many-tunnels`): \
@@ -454,7 +454,7 @@ fn many_tunnels(dir: &Path, points: &[Point]) -> Result<String> {
         ("flows.svg", "figure 4", "a single tunnel is bound by its serial stages (about 5-7 Gbps) however many flows it carries"),
         ("cores.svg", "figure 9", "per-core CPU of the receiving gateway with 8 flows over 8 tunnels: the black hole, NAPI polls converging on one core"),
     ] {
-        let _ = writeln!(md, "## {file}\n\n![{file}]({file})\n\nReproduces papers/003 {paper}: {what}.\n");
+        let _ = writeln!(md, "## {file}\n\n![{file}]({file})\n\nReproduces Barone et al., HPSR 2025, {paper}: {what}.\n");
     }
     let _ = writeln!(md, "## The figures\n");
     let _ = writeln!(
@@ -490,7 +490,7 @@ fn many_tunnels(dir: &Path, points: &[Point]) -> Result<String> {
 }
 
 fn inversion(dir: &Path, points: &[Point]) -> Result<String> {
-    let mut md = String::from("# Lab: execution order inversion made visible (papers/000)\n\n");
+    let mut md = String::from("# Lab: execution order inversion made visible (Mounah et al., SYSTOR 2025)\n\n");
     let _ = writeln!(
         md,
         "The same many-clients upload (the server's receive path) against Ordo in three \
@@ -508,7 +508,7 @@ fn inversion(dir: &Path, points: &[Point]) -> Result<String> {
     core_chart(&dir.join("cores.svg"), "Per-CPU busy, upload", &rows)?;
     let _ = writeln!(
         md,
-        "## cores.svg\n\n![cores.svg](cores.svg)\n\nReproduces papers/000 figure 6 (per-core \
+        "## cores.svg\n\n![cores.svg](cores.svg)\n\nReproduces Mounah et al. figure 6 (per-core \
          CPU on receive) for each configuration.\n"
     );
     let _ = writeln!(
@@ -542,7 +542,7 @@ fn inversion(dir: &Path, points: &[Point]) -> Result<String> {
     let _ = writeln!(
         md,
         "\nWasted wake-ups (a delivery woken to find the peer's head still in crypto) and \
-         packets per wake-up are the direct measures of the inversion (papers/000, figure 4 \
+         packets per wake-up are the direct measures of the inversion (Mounah et al., figure 4 \
          and section 4). The pool model cannot waste a wake-up by construction; packets per \
          wake-up grow with the load, since each wake-up takes every batch that is ready (at a \
          light load each batch is one packet). The threaded configurations are where a \
@@ -651,7 +651,7 @@ const EXPLAINED_DROPS: [ExplainedDrop; 4] = [
     },
 ];
 
-/// The soak (issue 19): one long run of many clients against Ordo with rekeys, roaming and
+/// The soak: one long run of many clients against Ordo with rekeys, roaming and
 /// peer churn; the server's memory and descriptors sampled each second. Its checks end in
 /// "met" or "NOT met" lines, which lab/lab.sh turns into its exit status.
 fn soak(dir: &Path, points: &[Point]) -> Result<String> {
@@ -699,7 +699,7 @@ fn soak(dir: &Path, points: &[Point]) -> Result<String> {
     let peers = samples.iter().map(|s| s.peers).fold(0.0, f64::max);
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
     let n = p.clients as usize;
-    let mut md = String::from("# Lab: soak (issue 19)\n\n");
+    let mut md = String::from("# Lab: soak\n\n");
     let _ = writeln!(
         md,
         "{n} clients (`ordo loadgen`) against Ordo for {:.0} s (`lab/lab.sh soak`): {} packets/s \

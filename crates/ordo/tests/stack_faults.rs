@@ -4,7 +4,7 @@
 //! connection made through A's service to a listener of B's carries bytes both ways at once
 //! and every byte arrives, in order, within a bound far below what a sender that took each
 //! reordering for a loss and collapsed would need. The kernel here has no netem, and
-//! nftables drops but cannot reorder; this is the reordering test of the stack (issue 20's
+//! nftables drops but cannot reorder; this is the reordering test of the stack (the stack's
 //! point 4). `tests/stack/stack.sh` (`lossy`) shows it over a real kernel and real peer.
 
 use nix::sys::socket::{

@@ -1,6 +1,7 @@
 //! The host-wide checks: connection tracking of the UDP port, Ordo's socket buffers, the CPU
 //! frequency governor and SMT, the kernel's WireGuard module, and whether the kernel counts
-//! the softirq work it does (papers/001).
+//! the softirq work it does (Zhang et al., "Understanding Linux Kernel-based Packet Switching on
+//! WiFi Access Points").
 
 use super::{Context, Finding, Severity};
 use std::collections::HashMap;
@@ -156,7 +157,7 @@ fn wireguard_module(ctx: &Context) -> Finding {
 
 /// Per CPU: NET_RX softirqs and the softirq time /proc/stat gives them over one second. Many
 /// softirqs with no time counted: the kernel does not account the time spent in them (IRQ time
-/// accounting off, or softirq run in interrupt context counted as idle, papers/001), so
+/// accounting off, or softirq run in interrupt context counted as idle), so
 /// mpstat and top under-report the CPU that networking takes.
 fn softirq_accounting() -> Finding {
     let check = "softirq time accounting";
@@ -199,7 +200,7 @@ fn softirq_accounting() -> Finding {
         check,
         format!("{config_note}; {}", busy.join("; ")),
         "the kernel runs the network's softirqs and counts no time for them: mpstat and top show those CPUs \
-         idler than they are (papers/001); trust Ordo's own figures (ordo top) and perf's",
+         idler than they are; trust Ordo's own figures (ordo top) and perf's",
         Some("a kernel with CONFIG_IRQ_TIME_ACCOUNTING=y; meanwhile perf stat -a -e cycles per CPU".into()),
     )
 }

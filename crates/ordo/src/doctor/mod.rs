@@ -2,7 +2,7 @@
 //! what was read, why it matters and the command that fixes it. The outer interfaces' own
 //! settings ([`nic`]: offloads, steering, interrupts, NAPI, MTU, NUMA) and the host's
 //! ([`host`]: conntrack, CPU frequency and SMT, the kernel's WireGuard module, and whether the
-//! kernel accounts softirq time at all, papers/001).
+//! kernel accounts softirq time at all).
 //!
 //! With an Ordo interface named, its listen port, tunnel MTU, queue CPUs and drops are read
 //! over its UAPI socket (as `ordo show` does); without, the checks that need them say so.

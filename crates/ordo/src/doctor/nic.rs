@@ -118,12 +118,12 @@ fn steering(dev: &str, ctx: &Context) -> Finding {
     }
     let why = if ctx.queue_cpus.is_empty() {
         "RPS moves each datagram's softirq to another CPU before Ordo's own steering hands it to its peer's \
-         queue: an extra cross-CPU hop (papers/001: a packet's path on one core costs fewer cycles)"
+         queue: an extra cross-CPU hop (a packet's whole path on one core costs fewer cycles and cache misses)"
             .to_string()
     } else {
         format!(
             "RPS moves each datagram's softirq to another CPU before Ordo's steering hands it to its peer's \
-             queue (CPUs {}): an extra cross-CPU hop (papers/001)",
+             queue (CPUs {}): an extra cross-CPU hop",
             crate::host::topology::format_cpu_list(&ctx.queue_cpus)
         )
     };
@@ -195,7 +195,8 @@ fn interrupts(dev: &str, ctx: &Context) -> Finding {
 }
 
 /// Threaded NAPI lets the scheduler place each interface's poll; softirq polls of many
-/// interfaces converge on one core (papers/003, the black hole).
+/// interfaces converge on one core (the black hole: Barone et al., "Revisiting WireGuard for
+/// Line-rate, Scalable Tunneling", HPSR 2025).
 fn threaded_napi(dev: &str, ctx: &Context) -> Finding {
     let check = format!("threaded NAPI of {dev}");
     let path = format!("/sys/class/net/{dev}/threaded");
@@ -205,7 +206,7 @@ fn threaded_napi(dev: &str, ctx: &Context) -> Finding {
             check,
             format!("{path}: 0"),
             "NAPI polls run as softirq on the CPU that took the interrupt; with several interfaces or queues \
-             they converge on one core while others idle (papers/003); threaded NAPI lets the scheduler spread them",
+             they converge on one core while others idle; threaded NAPI lets the scheduler spread them",
             Some(format!("echo 1 > {path}")),
         ),
         Some(_) => Finding::ok(check, format!("{path}: 1")),
@@ -250,7 +251,8 @@ fn mtu(dev: &str, ctx: &Context) -> Finding {
     )
 }
 
-/// The NIC's NUMA node against the nodes of Ordo's CPUs (papers/003: NUMA-local crypto +31%).
+/// The NIC's NUMA node against the nodes of Ordo's CPUs (NUMA-local crypto gave +31% in Barone
+/// et al., HPSR 2025).
 fn numa(dev: &str, ctx: &Context) -> Finding {
     let check = format!("NUMA node of {dev}");
     let path = format!("/sys/class/net/{dev}/device/numa_node");
@@ -276,7 +278,7 @@ fn numa(dev: &str, ctx: &Context) -> Finding {
             "{dev} on node {node}; Ordo's queue CPUs {} on another",
             crate::host::topology::format_cpu_list(&away)
         ),
-        "every datagram crosses between nodes (papers/003: keeping the work NUMA-local gave +31%)",
+        "every datagram crosses between NUMA nodes, and memory on the other node is slower to reach",
         Some(format!(
             "ordo {} --cores <the CPUs of node {node}> (or Cores = in its ordo up file)",
             ctx.interface.as_ref().map_or("IFNAME", |s| s.name.as_str())

@@ -1,6 +1,9 @@
 //! The detectors, each a pure function of one interval's figures with its thresholds stated
-//! here: execution order inversion (papers/000), the black hole (papers/003), and where Ordo's
-//! clock and the OS's accounting disagree (papers/001).
+//! here: execution order inversion (Mounah et al., "The Impact of Kernel Asynchronous APIs on
+//! the Performance of a Kernel VPN", SYSTOR 2025), the black hole (Barone et al., "Revisiting
+//! WireGuard for Line-rate, Scalable Tunneling", HPSR 2025), and where Ordo's clock and the
+//! OS's accounting disagree (Zhang et al., "Understanding Linux Kernel-based Packet Switching
+//! on WiFi Access Points").
 
 use super::interval::Interval;
 use crate::plane::stats::Stage;
@@ -13,7 +16,7 @@ pub const INVERSION_MIN_RATE: f64 = 2_000.0;
 pub const INVERSION_DELIVERY_WAIT: f64 = 0.05;
 /// ...while the decryption it depends on waits at least this share: delivery preempts
 /// decryption, as kernel WireGuard's softirq GRO stage does its decryption workqueue
-/// (papers/000). Read by hand in `ordo show --json` (threads' `waited_permille`) during the
+/// (Mounah et al.). Read by hand in `ordo show --json` (threads' `waited_permille`) during the
 /// `detectors` test's four-flow run: at SCHED_FIFO the delivery thread waited 0.1% and the
 /// workers 61%; at equal priority 46% and 38%.
 pub const INVERSION_DECRYPT_WAIT: f64 = 0.25;
@@ -131,7 +134,7 @@ pub fn inversion(interval: &Interval) -> Vec<Warning> {
         out.push(Warning {
             detector: Detector::Inversion,
             message: format!(
-                "{what} runs ahead of {} at {:.0} packets/s (papers/000): {why}; {:.0}% of its wake-ups \
+                "{what} runs ahead of {} at {:.0} packets/s: {why}; {:.0}% of its wake-ups \
                  found nothing. The inline, pool and auto models deliver without a thread of their own",
                 crypto.name(),
                 s.packets_per_second,
@@ -168,7 +171,7 @@ pub fn black_hole(interval: &Interval, cpus: &[usize]) -> Option<Warning> {
         detector: Detector::BlackHole,
         message: format!(
             "CPU {} is {:.0}% busy and carries {:.0}% of the data plane's work ({total:.2} cores) while CPU {} \
-             is {:.0}% idle (papers/003): {why}",
+             is {:.0}% idle: {why}",
             busiest.cpu,
             busiest.busy() * 100.0,
             share * 100.0,
@@ -198,7 +201,7 @@ pub fn accounting(interval: &Interval) -> Vec<Warning> {
                 message: format!(
                     "thread {} ({}): its stages took {ordo:.2} cores by Ordo's clock (waits for the CPU \
                      taken out), the OS charged it {os:.2}: {:.2} cores the OS counts elsewhere (as softirq \
-                     or as idle: papers/001)",
+                     or as idle)",
                     t.name,
                     t.tid,
                     ordo - os
@@ -212,7 +215,7 @@ pub fn accounting(interval: &Interval) -> Vec<Warning> {
                 detector: Detector::Accounting,
                 message: format!(
                     "CPU {}: Ordo's threads ran {:.2} cores there by Ordo's clock, the OS counts it {:.2} busy: \
-                     {:.2} cores counted as idle (papers/001: softirq work in interrupt context)",
+                     {:.2} cores counted as idle (softirq work in interrupt context)",
                     c.cpu,
                     c.ordo_clock,
                     c.busy(),

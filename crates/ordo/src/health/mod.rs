@@ -1,4 +1,4 @@
-//! The data plane watching itself (issue 22, papers/000, 001, 003): once a second, what each
+//! The data plane watching itself: once a second, what each
 //! stage and thread did by Ordo's own clock, set beside what the OS charged each thread and
 //! each CPU, and the detectors' verdicts over it ([`detect`]). `ordo show`, `ordo top` and the
 //! metrics read the last [`Report`].
@@ -6,7 +6,7 @@
 //! Ordo's clock measures a stage from its start to its end, system calls included; the OS
 //! charges a thread the CPU time it ran, and a CPU its time by kind (/proc/stat). The two
 //! should agree within a margin once the time a thread waited for its CPU is taken out of
-//! Ordo's figure; where they do not, the OS's figures are what mislead (papers/001: softirq
+//! Ordo's figure; where they do not, the OS's figures are what mislead (softirq
 //! work in interrupt context counted as idle), and the report says which way.
 
 pub mod detect;

@@ -290,7 +290,7 @@ fn plane(out: &mut Vec<Family>, device: &Device, report: &DeviceReport) {
 }
 
 /// Per thread and stage, Ordo's own measure of its work, beside what the OS charged each
-/// thread (papers/001: the two can disagree).
+/// thread (the two can disagree: the kernel counts softirq work in interrupt context as idle).
 fn threads(out: &mut Vec<Family>, device: &Device) {
     use crate::plane::stats::Stage;
     use std::sync::atomic::Ordering::Relaxed;

@@ -289,7 +289,7 @@ impl Plan {
             }
             None => cpus.clone(),
         };
-        // Crypto keeps off the I/O CPUs when there are others (papers/003: +14% for a heavy
+        // Crypto keeps off the I/O CPUs when there are others (Barone et al., HPSR 2025: +14% for a heavy
         // tunnel whose receiving core does no crypto).
         let mut crypto: Cpus = cpus.iter().copied().filter(|c| !io_cpus.contains(c)).collect();
         if config.io_cpus.is_none() || crypto.is_empty() {

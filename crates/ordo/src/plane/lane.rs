@@ -1,7 +1,8 @@
 //! A lane: one peer's work in one direction, kept in arrival order while the crypto of its
 //! batches runs on any worker, in any order.
 //!
-//! This is where Ordo avoids execution order inversion (papers/000). The dispatcher takes a
+//! This is where Ordo avoids execution order inversion (Mounah et al., "The Impact of Kernel Asynchronous APIs on the
+//! Performance of a Kernel VPN", SYSTOR 2025). The dispatcher takes a
 //! ticket for each batch as it arrives. A worker that finishes a batch files it under its
 //! ticket; if that ticket is the lane's head and nobody is delivering, the same worker becomes
 //! the deliverer and delivers every consecutive finished batch, then checks once more for

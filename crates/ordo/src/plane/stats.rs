@@ -1,6 +1,7 @@
 //! What the data plane measures about itself: per stage, packets, batches, wake-ups and the
 //! time spent (our own clock); per thread, the same time beside the CPU time the OS reports
-//! for it, so the two can be compared (papers/001: kernel accounting can mislead).
+//! for it, so the two can be compared (kernel accounting can mislead: softirq work in interrupt
+//! context counts as idle).
 
 use crate::host::cpuload;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,4 +1,4 @@
-//! The outer side over AF_XDP (issue 21, `Outer = xdp`): an XDP program on the outer
+//! The outer side over AF_XDP (`Outer = xdp`): an XDP program on the outer
 //! interface hands Ordo's UDP datagrams to AF_XDP sockets and passes everything else to the
 //! kernel, which keeps the interface and a UDP socket on the port.
 //!
