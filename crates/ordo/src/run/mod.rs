@@ -9,6 +9,7 @@
 
 mod connect;
 mod destination;
+mod filter;
 mod listener;
 mod stand_ins;
 mod supervise;
