@@ -17,22 +17,26 @@
 //! that many CPUs with as much work per thread, and interleaves their rounds: how the plane
 //! scales is then a ratio of figures taken a moment apart, not of two runs minutes apart.
 
+mod ceiling;
+mod render;
+mod rounds;
+
 use crate::host::topology::{self, Cpus};
 use crate::inner::memory::MemoryInner;
 use crate::outer::memory::MemoryOuter;
 use crate::placement::model::{Model, Plan, PlaneConfig};
-use crate::plane::{Ctx, DataPlane};
-use crate::port::{buffers, Datagram, BATCH};
-use crate::threads::READ_BATCH;
+use crate::plane::DataPlane;
+use crate::port::Datagram;
 use anyhow::{bail, Result};
-use ordo_proto::messages::DATA_HEADER_LEN;
 use ordo_proto::{Interface, PrivateKey, Sent, SEND_HEADROOM};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
+pub use render::{render, render_comparison};
+use rounds::{median, median_phase, open_round, phase, seal_round};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 /// The data plane under test: over in-memory ports that count what it sends and delivers
@@ -137,69 +141,6 @@ const SERVER_IP: [u8; 4] = [10, 0, 0, 1];
 /// The open round carves its messages from buffers of this size: a fresh slot of the
 /// receive stage's (see `batch::Receiver`).
 const SLOT_BYTES: usize = crate::outer::udp::batch::SLOT_RECEIVES * crate::port::MAX_PACKET;
-
-/// The ceiling: `size`-byte packets sealed (or opened) in a plain loop, `each` packets on each
-/// of `cpus` by a thread pinned there, all at once; Gbit/s of inner packets, timed like a
-/// round of the pipeline (the same work split over its threads, until the last is done), so
-/// that a thread slowed by a neighbour weighs on both sides alike.
-fn aead_ceiling(size: usize, open: bool, cpus: &[usize], each: usize) -> f64 {
-    let ready = Barrier::new(cpus.len());
-    let slowest = std::thread::scope(|scope| {
-        let loops: Vec<_> = cpus
-            .iter()
-            .map(|&cpu| {
-                let ready = &ready;
-                std::thread::Builder::new()
-                    .name(format!("ceiling{cpu}"))
-                    .spawn_scoped(scope, move || {
-                        let _ = topology::pin_current_thread(&[cpu]);
-                        aead_loop(size, open, each, ready)
-                    })
-                    .expect("spawn an AEAD loop")
-            })
-            .collect();
-        loops
-            .into_iter()
-            .map(|l| l.join().expect("AEAD loop"))
-            .max()
-            .unwrap_or_default()
-    });
-    (cpus.len() * each * size * 8) as f64 / slowest.as_secs_f64().max(1e-9) / 1e9
-}
-
-/// One thread's AEAD loop over a single hot buffer, `count` packets; how long it took.
-fn aead_loop(size: usize, open: bool, count: usize, ready: &Barrier) -> Duration {
-    let now = Instant::now();
-    let keys = |s, r, we| ordo_proto::handshake::SessionKeys {
-        send: zeroize::Zeroizing::new([s; 32]),
-        recv: zeroize::Zeroizing::new([r; 32]),
-        local_index: 1,
-        remote_index: 1,
-        we_initiated: we,
-    };
-    let (a, b) = (
-        ordo_proto::session::Session::new(&keys(1, 2, true), now),
-        ordo_proto::session::Session::new(&keys(2, 1, false), now),
-    );
-    let padded = ordo_proto::interface::padded_len(size, 65535);
-    let mut buf = vec![0u8; DATA_HEADER_LEN + padded + 16];
-    let sealed: Vec<u8> = {
-        let mut m = buf.clone();
-        a.seal_at(0, padded, &mut m);
-        m
-    };
-    ready.wait();
-    let start = Instant::now();
-    for n in 0..count as u64 {
-        if open {
-            buf.copy_from_slice(&sealed);
-            std::hint::black_box(b.open_in_place(&mut buf).ok());
-        } else {
-            a.seal_at(n, padded, &mut buf);
-        }
-    }
-    start.elapsed()
-}
 
 /// One data plane under test with its peers' cores: set up once (real handshakes, in
 /// memory), then timed round by round. Several can live side by side, so that `compare`
@@ -534,242 +475,6 @@ fn wait_for(done: impl Fn() -> bool, what: &str) -> Result<()> {
         std::thread::sleep(Duration::from_micros(200));
     }
     Ok(())
-}
-
-/// One round's figures, with the ceilings measured right after it.
-fn phase(name: &'static str, o: &Options, crypto_threads: usize, took: Duration, cpus: &[usize]) -> Phase {
-    let open = name == "open";
-    // Each ceiling thread does what each crypto thread of the round did.
-    let each = o.packets.div_ceil(cpus.len().max(1));
-    let one = aead_ceiling(o.size, open, &cpus[..1.min(cpus.len())], each);
-    let all = aead_ceiling(o.size, open, cpus, each);
-    let secs = took.as_secs_f64();
-    let gbps = (o.packets * o.size * 8) as f64 / secs / 1e9;
-    let per_worker = gbps / crypto_threads.max(1) as f64;
-    Phase {
-        phase: name,
-        packets: o.packets as u64,
-        rounds: 1,
-        seconds: secs,
-        gbit_per_s: gbps,
-        mpps: o.packets as f64 / secs / 1e6,
-        gbit_per_s_per_worker: per_worker,
-        aead_ceiling_gbit_per_s: one,
-        per_worker_vs_ceiling: per_worker / one,
-        vs_one_core_ceiling: gbps / one,
-        aead_ceiling_all_threads_gbit_per_s: all,
-        vs_all_threads_ceiling: gbps / all,
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => v[n / 2],
-        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-/// Each figure's median over the rounds.
-fn median_phase(rounds: &[Phase]) -> Phase {
-    let median = |f: fn(&Phase) -> f64| median(rounds.iter().map(f).collect());
-    Phase {
-        phase: rounds[0].phase,
-        packets: rounds[0].packets,
-        rounds: rounds.len(),
-        seconds: median(|p| p.seconds),
-        gbit_per_s: median(|p| p.gbit_per_s),
-        mpps: median(|p| p.mpps),
-        gbit_per_s_per_worker: median(|p| p.gbit_per_s_per_worker),
-        aead_ceiling_gbit_per_s: median(|p| p.aead_ceiling_gbit_per_s),
-        per_worker_vs_ceiling: median(|p| p.per_worker_vs_ceiling),
-        vs_one_core_ceiling: median(|p| p.vs_one_core_ceiling),
-        aead_ceiling_all_threads_gbit_per_s: median(|p| p.aead_ceiling_all_threads_gbit_per_s),
-        vs_all_threads_ceiling: median(|p| p.vs_all_threads_ceiling),
-    }
-}
-
-/// Runs one round: one dispatcher per queue (one in the pool models, on the I/O CPUs), each
-/// pinned where the device pins that queue's thread and registered as it. Each first
-/// `prepare`s its input on its own thread (so its buffers come from its own heap, as the
-/// receive stage's slots do); the clock starts when all are ready and stops when `done` says
-/// the plane has put out the round's last packet. The auto model's placement runs alongside,
-/// as the device's timer thread runs it.
-fn round<T>(
-    plane: &Arc<MemPlane>,
-    count: usize,
-    dispatcher_cpus: &[Cpus],
-    prepare: impl Fn(usize) -> T + Sync,
-    work: impl Fn(usize, &Ctx, T) + Sync,
-    done: impl Fn() -> bool,
-    what: &str,
-) -> Result<Duration> {
-    let ready = Barrier::new(count + 1);
-    let placing = AtomicBool::new(plane.plan.model == Model::Auto);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..count)
-            .map(|d| {
-                let (prepare, work, ready) = (&prepare, &work, &ready);
-                // Named, so that a profile (perf report --comm) tells the dispatchers apart.
-                std::thread::Builder::new()
-                    .name(format!("bench{d}"))
-                    .spawn_scoped(scope, move || {
-                        if let Some(cpus) = dispatcher_cpus.get(d) {
-                            let _ = topology::pin_current_thread(cpus);
-                        }
-                        let ctx = plane.register(&format!("bench{d}"), d);
-                        let input = prepare(d);
-                        ready.wait();
-                        work(d, &ctx, input);
-                    })
-                    .expect("spawn a dispatcher")
-            })
-            .collect();
-        ready.wait();
-        let start = Instant::now();
-        if placing.load(Ordering::Relaxed) {
-            scope.spawn(|| place_while(plane, &placing));
-        }
-        handles.into_iter().for_each(|h| h.join().expect("dispatcher"));
-        let took = wait_for(done, what).map(|()| start.elapsed());
-        placing.store(false, Ordering::Relaxed);
-        took
-    })
-}
-
-/// Seals `o.packets` packets, round robin over the peers; each dispatcher reads for the
-/// peers of its queue (copying each packet into a buffer of its thread's, as a read from TUN
-/// does), as many per turn as the device's reader takes.
-fn seal_round(
-    plane: &Arc<MemPlane>,
-    o: &Options,
-    (count, queue_of): (usize, &[usize]),
-    dispatcher_cpus: &[Cpus],
-    templates: &[Vec<u8>],
-    done: impl Fn() -> bool,
-) -> Result<Duration> {
-    let prepare = |d: usize| {
-        let own: Vec<usize> = (0..o.peers).filter(|&i| queue_of[i] == d).collect();
-        let total = (0..o.packets).filter(|k| queue_of[k % o.peers] == d).count();
-        (own, total)
-    };
-    // As many packets per read turn as the device's reading threads take: a queue thread's
-    // turn (inline, auto) or the pool's read stage.
-    let per_turn = if plane.plan.model.has_queues() {
-        READ_BATCH
-    } else {
-        BATCH
-    };
-    let work = |_: usize, ctx: &Ctx, (own, total): (Vec<usize>, usize)| {
-        let mut made = 0;
-        let mut batch: Vec<Vec<u8>> = Vec::with_capacity(per_turn);
-        while made < total {
-            for _ in 0..per_turn.min(total - made) {
-                let t = &templates[own[made % own.len()]];
-                let mut b = buffers::take(DATA_HEADER_LEN + t.len() + 32);
-                b.resize(DATA_HEADER_LEN, 0);
-                b.extend_from_slice(t);
-                batch.push(b);
-                made += 1;
-            }
-            plane.dispatch_outbound(&mut batch, ctx);
-        }
-    };
-    round(plane, count, dispatcher_cpus, prepare, work, done, "sealed messages")
-}
-
-/// Opens the messages, each dispatcher those of its queue, a batch at a time. Each first
-/// copies its messages into buffers of its own: the peers' cores made them on one thread,
-/// where neighbouring messages of two queues would share cache lines and heap pages. The
-/// buffers are carved as the receive stage carves its slots ([`SLOT_BYTES`]): one
-/// allocation per message cost two threads a page fault and a free per message, which
-/// held two threads' open at 1.56x-1.77x one thread's while seal made 1.9x.
-fn open_round(
-    plane: &Arc<MemPlane>,
-    messages: Vec<Vec<Datagram>>,
-    dispatcher_cpus: &[Cpus],
-    done: impl Fn() -> bool,
-) -> Result<Duration> {
-    let lists: Vec<Mutex<Vec<Datagram>>> = messages.into_iter().map(Mutex::new).collect();
-    let prepare = |d: usize| -> Vec<Datagram> {
-        let made = std::mem::take(&mut *lists[d].lock().unwrap_or_else(|p| p.into_inner()));
-        let mut slot = bytes::BytesMut::new();
-        made.iter()
-            .map(|m| {
-                if slot.capacity() < m.data.len() {
-                    slot = bytes::BytesMut::with_capacity(SLOT_BYTES);
-                }
-                slot.extend_from_slice(&m.data);
-                Datagram {
-                    data: slot.split(),
-                    src: m.src,
-                }
-            })
-            .collect()
-    };
-    let work = |_: usize, ctx: &Ctx, list: Vec<Datagram>| {
-        let mut it = list.into_iter();
-        loop {
-            let mut batch: Vec<Datagram> = it.by_ref().take(BATCH).collect();
-            if batch.is_empty() {
-                break;
-            }
-            plane.dispatch_inbound(&mut batch, 0, ctx);
-        }
-    };
-    round(
-        plane,
-        lists.len(),
-        dispatcher_cpus,
-        prepare,
-        work,
-        done,
-        "opened messages",
-    )
-}
-
-pub fn render(r: &Report) -> String {
-    let rounds = r.phases.first().map_or(0, |p| p.rounds);
-    let mut s = format!(
-        "ordo bench: model {}, {} peer(s), {}-byte packets, CPUs {}, {} worker(s), {} dispatcher(s), \
-         {} crypto thread(s), medians of {rounds} round(s)\n\n\
-         | phase | packets | Gbit/s | Mpps | Gbit/s per crypto thread | AEAD ceiling, 1 core | per thread / ceiling | x 1-core ceiling | AEAD ceiling, all threads at once | x all-threads ceiling |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
-        r.model, r.peers, r.size, r.cpus, r.workers, r.dispatchers, r.crypto_threads
-    );
-    for p in &r.phases {
-        s += &format!(
-            "| {} | {} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
-            p.phase,
-            p.packets,
-            p.gbit_per_s,
-            p.mpps,
-            p.gbit_per_s_per_worker,
-            p.aead_ceiling_gbit_per_s,
-            p.per_worker_vs_ceiling,
-            p.vs_one_core_ceiling,
-            p.aead_ceiling_all_threads_gbit_per_s,
-            p.vs_all_threads_ceiling,
-        );
-    }
-    s
-}
-
-/// Each plane's table, then how each scaled against the first.
-pub fn render_comparison(c: &Comparison) -> String {
-    let mut s: String = c.planes.iter().map(|r| render(r) + "\n").collect();
-    s += "Scaling, measured in this run (each plane's Gbit/s over the first's, round by round, median):\n\n\
-          | crypto threads | seal Gbit/s | seal x first | open Gbit/s | open x first |\n\
-          |---|---|---|---|---|\n";
-    for (r, x) in c.planes.iter().zip(&c.scaling) {
-        s += &format!(
-            "| {} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
-            x.crypto_threads, r.phases[0].gbit_per_s, x.seal_vs_first, r.phases[1].gbit_per_s, x.open_vs_first
-        );
-    }
-    s
 }
 
 #[cfg(test)]
