@@ -140,7 +140,7 @@ const SERVER_IP: [u8; 4] = [10, 0, 0, 1];
 
 /// The open round carves its messages from buffers of this size: a fresh slot of the
 /// receive stage's (see `batch::Receiver`).
-const SLOT_BYTES: usize = crate::outer::udp::batch::SLOT_RECEIVES * crate::port::MAX_PACKET;
+const SLOT_BYTES: usize = ordo_udp::SLOT_RECEIVES * crate::port::MAX_PACKET;
 
 /// One data plane under test with its peers' cores: set up once (real handshakes, in
 /// memory), then timed round by round. Several can live side by side, so that `compare`

@@ -27,12 +27,12 @@
 //! opened, and the generator's CPU time.
 
 use super::stats::cpu_seconds;
-use crate::outer::udp::batch::{send_batch, Receiver};
 use anyhow::{bail, Context, Result};
 use ordo_proto::cookie::CookieJar;
 use ordo_proto::messages::{self, CookieReply, COOKIE_REPLY_LEN, INITIATION_LEN, TYPE_INITIATION};
 use ordo_proto::{Interface, Sent};
 use ordo_proto::{PrivateKey, PublicKey};
+use ordo_udp::{send_batch, Receiver};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
@@ -368,7 +368,7 @@ pub fn run(a: &FloodArgs) -> Result<FloodReport> {
     let mut sources = open_sources(a, &key)?;
     let mut rng = ChaCha20Rng::from_entropy();
     let mut rx = Receiver::new(1500);
-    let gso = crate::outer::udp::batch::Gso::new(false);
+    let gso = ordo_udp::Gso::new(false);
     let mut report = FloodReport {
         kind: Some(a.kind),
         sources: sources.len(),

@@ -60,7 +60,7 @@ pub fn run(listen: SocketAddrV4) -> Result<()> {
     let sock = UdpSocket::bind(listen).with_context(|| format!("sink: cannot bind {listen}"))?;
     // Bursts from thousands of clients: large buffers (forced past the sysctl cap as root).
     for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
-        crate::outer::udp::batch::set_int_option(&sock, libc::SOL_SOCKET, opt, 16 << 20);
+        ordo_udp::set_int_option(&sock, libc::SOL_SOCKET, opt, 16 << 20);
     }
     sock.set_read_timeout(Some(Duration::from_millis(20)))?;
     let sock = Arc::new(sock);

@@ -13,7 +13,6 @@
 
 pub mod buffers;
 
-use bytes::BytesMut;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -21,8 +20,8 @@ use std::time::Duration;
 
 pub use ordo_proto::steering::SteeringException;
 
-/// Packets per receive or read system call, and per work item.
-pub const BATCH: usize = 32;
+/// Packets per receive or read system call, and per work item: kernel UDP's recvmmsg batch.
+pub const BATCH: usize = ordo_udp::BATCH;
 /// Largest datagram or inner packet handled.
 pub const MAX_PACKET: usize = 65535;
 /// Bytes in front of every inner packet's buffer: room for the data message's header, written
@@ -37,13 +36,10 @@ pub const TAILROOM: usize = 32;
 /// descriptors, before it looks at its stop token again.
 pub const RECEIVE_WAIT: Duration = Duration::from_secs(1);
 
-/// A received outer datagram.
-pub struct Datagram {
-    /// Its bytes; with kernel UDP a slice of the receive buffer it arrived in, not copied.
-    pub data: BytesMut,
-    /// Where it came from, in one spelling per endpoint (IPv4-mapped IPv6 is plain IPv4).
-    pub src: SocketAddr,
-}
+/// A received outer datagram, whichever backend received it: with kernel UDP a slice of the
+/// receive buffer it arrived in, not copied. Its source has one spelling per endpoint
+/// (IPv4-mapped IPv6 is plain IPv4): the outer ports see to that.
+pub use ordo_udp::Datagram;
 
 /// One figure a port reports about itself, by the name `ordo show` and its JSON use.
 #[derive(Debug, Clone, PartialEq, Eq)]

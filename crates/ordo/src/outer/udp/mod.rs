@@ -1,11 +1,9 @@
 //! The outer port over kernel UDP sockets: one IPv4 and one IPv6 socket per queue on one port
-//! ([`sockets`]), batched with recvmmsg and sendmmsg and UDP GSO/GRO ([`batch`]); with more
-//! than one queue the sockets form SO_REUSEPORT groups whose datagrams a classic BPF program
-//! steers by receiver index ([`steer`]); the kernel's own drops are read from /proc
-//! ([`drops`]).
+//! ([`sockets`]), batched with recvmmsg and sendmmsg and UDP GSO/GRO (the `ordo-udp` crate,
+//! which also reads the kernel's own drops from /proc); with more than one queue the sockets
+//! form SO_REUSEPORT groups whose datagrams a classic BPF program steers by receiver index
+//! ([`steer`]).
 
-pub mod batch;
-pub mod drops;
 pub mod sockets;
 pub mod steer;
 
@@ -63,7 +61,7 @@ impl UdpPort {
         for s in group {
             let all = std::iter::once(&s.v4).chain(s.v6.as_ref());
             for socket in all {
-                if !batch::disable_gro(socket) {
+                if !ordo_udp::disable_gro(socket) {
                     return Err(io::Error::last_os_error());
                 }
             }
@@ -129,7 +127,7 @@ impl OuterPort for UdpPort {
                 group: group.clone(),
                 queue,
                 v6: family == 1,
-                receiver: batch::Receiver::new(MAX_PACKET),
+                receiver: ordo_udp::Receiver::new(MAX_PACKET),
             })
             .collect()
     }
@@ -139,7 +137,7 @@ impl OuterPort for UdpPort {
         let sockets = &group[queue % group.len()];
         let sent = sockets
             .socket_for(to)
-            .and_then(|(s, to)| batch::send_batch(s, to, payloads, &sockets.gso))
+            .and_then(|(s, to)| ordo_udp::send_batch(s, to, payloads, &sockets.gso))
             .unwrap_or(0);
         if sent < payloads.len() {
             self.send_errors
@@ -180,7 +178,7 @@ impl OuterPort for UdpPort {
         vec![
             Counter::new("drop_udp_send_error", self.send_errors.load(Ordering::Relaxed)),
             // Counted by the kernel before Ordo saw the datagram.
-            Counter::new("drop_os_udp_receive_buffer", drops::udp_receive_drops(group[0].port)),
+            Counter::new("drop_os_udp_receive_buffer", ordo_udp::udp_receive_drops(group[0].port)),
             Counter::level("queues", group.len() as u64),
             Counter::level("udp_gso", group[0].gso.enabled() as u64),
             Counter::level(
@@ -200,7 +198,7 @@ pub struct UdpReceive {
     group: Group,
     queue: usize,
     v6: bool,
-    receiver: batch::Receiver,
+    receiver: ordo_udp::Receiver,
 }
 
 /// The socket of one family of `queue`'s sockets, if there is one.

@@ -13,8 +13,8 @@ pub struct Sockets {
     pub v6: Option<UdpSocket>,
     pub port: u16,
     /// UDP GSO: on where the kernel offers it, off for the destinations whose route cannot
-    /// take it (see batch::send_batch).
-    pub gso: super::batch::Gso,
+    /// take it (see ordo_udp::send_batch).
+    pub gso: ordo_udp::Gso,
     /// Whether the kernel granted UDP GRO on the receive sockets.
     pub gro: bool,
 }
@@ -46,7 +46,7 @@ fn open(domain: Domain, addr: SocketAddr, fwmark: u32, reuse: bool) -> io::Resul
 }
 
 fn force_buffer(s: &Socket, option: libc::c_int) -> bool {
-    super::batch::set_int_option(s, libc::SOL_SOCKET, option, SOCKET_BUFFER as libc::c_int)
+    ordo_udp::set_int_option(s, libc::SOL_SOCKET, option, SOCKET_BUFFER as libc::c_int)
 }
 
 /// Turns UDP GSO and GRO off when set to `off`: for measuring what they save
@@ -60,8 +60,8 @@ fn offloads_wanted() -> bool {
 impl Sockets {
     fn new(v4: UdpSocket, v6: Option<UdpSocket>, port: u16) -> Sockets {
         let wanted = offloads_wanted();
-        let gro = wanted && super::batch::enable_gro(&v4) & v6.as_ref().is_none_or(super::batch::enable_gro);
-        let gso = super::batch::Gso::new(wanted && super::batch::gso_supported(&v4));
+        let gro = wanted && ordo_udp::enable_gro(&v4) & v6.as_ref().is_none_or(ordo_udp::enable_gro);
+        let gso = ordo_udp::Gso::new(wanted && ordo_udp::gso_supported(&v4));
         Sockets { v4, v6, port, gso, gro }
     }
 

@@ -55,12 +55,7 @@ mod tests {
     #[test]
     fn a_full_receive_buffer_is_counted() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert!(super::super::batch::set_int_option(
-            &rx,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            4096
-        ));
+        assert!(crate::set_int_option(&rx, libc::SOL_SOCKET, libc::SO_RCVBUF, 4096));
         let port = rx.local_addr().unwrap().port();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let before = udp_receive_drops(port);

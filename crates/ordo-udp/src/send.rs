@@ -1,244 +1,19 @@
-//! Batched UDP I/O: recvmmsg and sendmmsg move up to [`BATCH`] datagrams per system call,
-//! and, where the kernel offers them, UDP GSO (one send carries many equal-sized datagrams,
-//! split by the kernel or the NIC) and UDP GRO (one receive returns many coalesced ones).
-//! Both are detected at run time: GRO is asked for and used if granted; GSO is used until a
-//! send fails in the way that means "not supported here", then not again on that socket set.
+//! Sending: sendmmsg, with UDP GSO runs where the destination's route takes them.
 
-use crate::port::{Datagram, BATCH};
-use bytes::BytesMut;
+use crate::addr::from_socket_addr;
+use crate::options::UDP_SEGMENT;
+use crate::CmsgBuf;
 use std::collections::HashSet;
 use std::io;
-use std::mem::MaybeUninit;
-use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// From linux/udp.h (not in the libc crate for glibc targets).
-const UDP_SEGMENT: libc::c_int = 103;
-const UDP_GRO: libc::c_int = 104;
 /// Most segments one GSO send may carry (the kernel's UDP_MAX_SEGMENTS).
 const GSO_MAX_SEGMENTS: usize = 64;
 /// Most bytes one GSO send may carry: the largest UDP payload over IPv4.
 const GSO_MAX_BYTES: usize = 65507;
-/// Room for one control message carrying an int, 8-byte aligned.
-type CmsgBuf = [u64; 4];
-
-/// Sets an integer socket option; returns whether the kernel accepted it.
-pub fn set_int_option(fd: &impl AsRawFd, level: libc::c_int, option: libc::c_int, value: libc::c_int) -> bool {
-    // SAFETY: setsockopt reads one int from a live local.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            option,
-            &value as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    rc == 0
-}
-
-/// Asks the kernel to coalesce received datagrams (UDP GRO); returns whether it agreed.
-pub fn enable_gro(sock: &UdpSocket) -> bool {
-    set_int_option(sock, libc::SOL_UDP, UDP_GRO, 1)
-}
-
-/// Turns UDP GRO off again: the kernel then merges no datagrams for this port.
-pub fn disable_gro(sock: &UdpSocket) -> bool {
-    set_int_option(sock, libc::SOL_UDP, UDP_GRO, 0)
-}
-
-fn to_socket_addr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match ss.ss_family as i32 {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in, which it is large enough for.
-            let a = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                u32::from_be(a.sin_addr.s_addr).into(),
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: as above, for sockaddr_in6.
-            let a = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                a.sin6_addr.s6_addr.into(),
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
-}
-
-fn from_socket_addr(a: &SocketAddr, ss: &mut libc::sockaddr_storage) -> libc::socklen_t {
-    match a {
-        SocketAddr::V4(v4) => {
-            // SAFETY: sockaddr_storage is large enough and suitably aligned for sockaddr_in.
-            let s = unsafe { &mut *(ss as *mut _ as *mut libc::sockaddr_in) };
-            s.sin_family = libc::AF_INET as libc::sa_family_t;
-            s.sin_port = v4.port().to_be();
-            s.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
-        }
-        SocketAddr::V6(v6) => {
-            // SAFETY: as above, for sockaddr_in6.
-            let s = unsafe { &mut *(ss as *mut _ as *mut libc::sockaddr_in6) };
-            s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            s.sin6_port = v6.port().to_be();
-            s.sin6_flowinfo = v6.flowinfo();
-            s.sin6_addr.s6_addr = v6.ip().octets();
-            s.sin6_scope_id = v6.scope_id();
-            std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
-        }
-    }
-}
-
-/// Receive buffers for one thread. Each receive slot is a large buffer that datagrams are
-/// carved from without copying: a GRO batch of many datagrams becomes many `BytesMut` that
-/// share its allocation, each decrypted in place later on any thread. A slot that runs low
-/// gets a fresh buffer; the old one is freed when its last datagram is.
-pub struct Receiver {
-    slots: Vec<BytesMut>,
-    max_datagram: usize,
-    cmsgs: Vec<CmsgBuf>,
-}
-
-/// A fresh slot holds this many maximal receives before it is replaced.
-pub(crate) const SLOT_RECEIVES: usize = 4;
-
-impl Receiver {
-    /// `max_datagram`: the largest datagram (or GRO batch) accepted; longer ones are
-    /// truncated by the kernel and dropped here.
-    pub fn new(max_datagram: usize) -> Self {
-        Receiver {
-            slots: (0..BATCH)
-                .map(|_| BytesMut::with_capacity(max_datagram * SLOT_RECEIVES))
-                .collect(),
-            max_datagram,
-            cmsgs: vec![[0; 4]; BATCH],
-        }
-    }
-
-    /// Blocks for at least one datagram (at most the socket's receive timeout, after which
-    /// nothing is added), then takes up to [`BATCH`] receives without waiting more, splitting
-    /// GRO batches. Returns how many were dropped as truncated.
-    pub fn recv(&mut self, sock: &UdpSocket, out: &mut Vec<Datagram>) -> io::Result<usize> {
-        match self.recv_with(sock, out, libc::MSG_WAITFORONE) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-            r => r,
-        }
-    }
-
-    /// As [`Receiver::recv`] without waiting for the first: for a thread that polls. An
-    /// empty socket is no error: nothing is added.
-    pub fn recv_ready(&mut self, sock: &UdpSocket, out: &mut Vec<Datagram>) -> io::Result<usize> {
-        match self.recv_with(sock, out, libc::MSG_DONTWAIT) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-            r => r,
-        }
-    }
-
-    fn recv_with(&mut self, sock: &UdpSocket, out: &mut Vec<Datagram>, flags: libc::c_int) -> io::Result<usize> {
-        let mut addrs: [MaybeUninit<libc::sockaddr_storage>; BATCH] = [MaybeUninit::uninit(); BATCH];
-        for slot in &mut self.slots {
-            if slot.capacity() < self.max_datagram {
-                *slot = BytesMut::with_capacity(self.max_datagram * SLOT_RECEIVES);
-            }
-        }
-        let max = self.max_datagram;
-        let mut iovs: Vec<libc::iovec> = self
-            .slots
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.spare_capacity_mut().as_mut_ptr() as *mut _,
-                iov_len: max,
-            })
-            .collect();
-        // SAFETY: mmsghdr is plain data; zero is a valid value for every field.
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        for i in 0..BATCH {
-            let h = &mut msgs[i].msg_hdr;
-            h.msg_name = addrs[i].as_mut_ptr() as *mut _;
-            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-            h.msg_iov = &mut iovs[i];
-            h.msg_iovlen = 1;
-            h.msg_control = self.cmsgs[i].as_mut_ptr() as *mut _;
-            h.msg_controllen = std::mem::size_of::<CmsgBuf>();
-        }
-        // SAFETY: every header points at live spare capacity of at least `max` bytes (checked
-        // above) in self.slots, a live iovec, a live
-        // address slot and a live control buffer, all of which outlive the call; the kernel
-        // writes at most their lengths.
-        let n = unsafe {
-            libc::recvmmsg(
-                sock.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                BATCH as u32,
-                flags,
-                std::ptr::null_mut(),
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut truncated = 0;
-        for i in 0..n as usize {
-            let h = &msgs[i].msg_hdr;
-            if h.msg_flags & libc::MSG_TRUNC != 0 {
-                truncated += 1;
-                continue;
-            }
-            // SAFETY: the kernel filled msg_namelen bytes of this slot (at most its size).
-            let ss = unsafe { addrs[i].assume_init_ref() };
-            let Some(src) = to_socket_addr(ss) else { continue };
-            let len = msgs[i].msg_len as usize;
-            if len == 0 {
-                // An empty datagram is one too: the core drops and counts it as malformed.
-                out.push(Datagram {
-                    data: BytesMut::new(),
-                    src,
-                });
-                continue;
-            }
-            // With GRO one buffer may hold several datagrams of `segment` bytes, the last
-            // possibly shorter.
-            let segment = gro_segment_size(h).unwrap_or(len).max(1);
-            let slot = &mut self.slots[i];
-            // SAFETY: the kernel wrote `len` (at most `max`, within the spare capacity) bytes
-            // at the start of this slot's spare capacity, so they are initialized.
-            unsafe { slot.set_len(len) };
-            let mut filled = slot.split_to(len);
-            while !filled.is_empty() {
-                let n = segment.min(filled.len());
-                out.push(Datagram {
-                    data: filled.split_to(n),
-                    src,
-                });
-            }
-        }
-        Ok(truncated)
-    }
-}
-
-/// The segment size of a GRO-coalesced receive, from its control messages.
-fn gro_segment_size(h: &libc::msghdr) -> Option<usize> {
-    // SAFETY: `h` is a header the kernel just filled; CMSG_FIRSTHDR/NXTHDR stay within
-    // msg_control..msg_control + msg_controllen, which points at a live buffer.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(h);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
-                return (v > 0).then_some(v as usize);
-            }
-            c = libc::CMSG_NXTHDR(h, c);
-        }
-    }
-    None
-}
 
 /// Splits payloads into runs one GSO send can carry: equal sizes, except that the last may be
 /// shorter; at most GSO_MAX_SEGMENTS segments and GSO_MAX_BYTES bytes. Returns index ranges.
@@ -263,24 +38,6 @@ fn gso_runs(payloads: &[&[u8]]) -> Vec<(usize, usize)> {
         i = j;
     }
     runs
-}
-
-/// Whether the kernel offers UDP GSO on this socket (it answers for UDP_SEGMENT); asked
-/// once per socket, so that a send's error is not taken for a missing feature.
-pub fn gso_supported(sock: &UdpSocket) -> bool {
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into a live local int.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_UDP,
-            UDP_SEGMENT,
-            &mut value as *mut libc::c_int as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    rc == 0
 }
 
 /// Whether a socket sends with UDP GSO: on where the kernel offers it, and off for each
@@ -471,52 +228,7 @@ fn send_mmsg(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn batches_cross_loopback_with_sources_and_truncation() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let to = rx.local_addr().unwrap();
-        let payloads: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 10 + i as usize]).collect();
-        let refs: Vec<&[u8]> = payloads.iter().map(|p| p.as_slice()).collect();
-        assert_eq!(send_batch(&tx, to, &refs, &Gso::new(false)).unwrap(), 40);
-        tx.send_to(&[9u8; 100], to).unwrap(); // longer than the receiver accepts
-
-        let mut r = Receiver::new(64);
-        let mut got = Vec::new();
-        let mut truncated = 0;
-        while got.len() + truncated < 41 {
-            truncated += r.recv(&rx, &mut got).unwrap();
-        }
-        assert_eq!(truncated, 1);
-        assert_eq!(got.len(), 40);
-        for (i, d) in got.iter().enumerate() {
-            assert_eq!(d.data, payloads[i], "datagram {i} arrives whole and in order");
-            assert_eq!(d.src, tx.local_addr().unwrap());
-        }
-    }
-
-    /// An empty datagram is received as one (of length 0), so that it is counted; it used to
-    /// vanish between the kernel and the core.
-    #[test]
-    fn an_empty_datagram_is_received_as_one() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let to = rx.local_addr().unwrap();
-        for p in [&b"a"[..], b"", b"bc"] {
-            tx.send_to(p, to).unwrap();
-        }
-        rx.set_read_timeout(Some(std::time::Duration::from_millis(200)))
-            .unwrap();
-        let mut r = Receiver::new(64);
-        let mut got = Vec::new();
-        for _ in 0..5 {
-            r.recv(&rx, &mut got).unwrap();
-        }
-        let lens: Vec<usize> = got.iter().map(|d| d.data.len()).collect();
-        assert_eq!(lens, [1, 0, 2]);
-        assert_eq!(got[1].src, tx.local_addr().unwrap());
-    }
+    use crate::{enable_gro, gso_supported, Receiver};
 
     #[test]
     fn gso_runs_follow_the_kernel_rules() {
@@ -629,17 +341,5 @@ mod tests {
             "too many refusing routes: off for all"
         );
         assert!(!Gso::new(false).allowed(b), "off where the kernel has none");
-    }
-
-    #[test]
-    fn ipv6_addresses_round_trip() {
-        let a: SocketAddr = "[2001:db8::1%3]:51820".parse().unwrap();
-        // SAFETY: zero is a valid sockaddr_storage.
-        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        from_socket_addr(&a, &mut ss);
-        assert_eq!(to_socket_addr(&ss), Some(a));
-        let b: SocketAddr = "192.0.2.1:7".parse().unwrap();
-        from_socket_addr(&b, &mut ss);
-        assert_eq!(to_socket_addr(&ss), Some(b));
     }
 }
