@@ -2,7 +2,7 @@
 //! the load generator's packets (what its clients send its sink through the tunnel).
 
 use ordo::host::topology::{format_cpu_list, parse_cpu_list};
-use ordo::loadgen::wire::{self, Flow, Header, Kind, MIN_PACKET};
+use ordo_tools::loadgen::wire::{self, Flow, Header, Kind, MIN_PACKET};
 use std::net::Ipv4Addr;
 
 /// Any text as the body of a UAPI `set=1` request: a plan or an errno, never a panic.

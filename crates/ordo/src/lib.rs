@@ -1,4 +1,5 @@
-//! Ordo: the protocol core of `ordo-proto` wrapped with I/O, configuration and tools.
+//! Ordo's daemon: the protocol core of `ordo-proto` wrapped with I/O and configuration. The
+//! tools around it are in `ordo-tools`, the `ordo` command in `ordo-cli`.
 //!
 //! The data plane, from the bottom up:
 //! - [`port`]: the inner and outer port traits and the types that cross them;
@@ -19,19 +20,14 @@
 //! - [`daemon`]: running as `ordo IFNAME`: detaching, readiness, dropping privileges.
 //! - [`secret_text`]: text with keys in it, never left behind in freed memory.
 //! - [`show`]: `ordo show`.
-//! - [`bench`]: `ordo bench`, the data plane on in-memory I/O.
 
-pub mod bench;
 pub mod config;
 pub mod daemon;
 pub mod device;
-pub mod doctor;
 pub mod firewall;
 pub mod health;
 pub mod host;
 pub mod inner;
-pub mod lab;
-pub mod loadgen;
 pub mod logging;
 pub mod metrics;
 pub mod netconf;
@@ -47,5 +43,4 @@ pub mod shared_stack;
 pub mod show;
 pub mod stack_interface;
 pub mod threads;
-pub mod top;
 pub mod uapi;

@@ -17,7 +17,8 @@
 use ordo::daemon::janitor::{self, FileIdentity};
 use ordo::daemon::privileges::Privileges;
 use ordo::placement::model::{Model, PlaneConfig, SETTINGS};
-use ordo::{bench, daemon, loadgen, quick, show, uapi};
+use ordo::{daemon, quick, show, uapi};
+use ordo_tools::{bench, loadgen};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -265,16 +266,19 @@ fn run(cli: Cli) -> Result<()> {
             };
             std::process::exit(code);
         }
-        Command::Top { ifname } => ordo::top::run(ifname),
+        Command::Top { ifname } => ordo_tools::top::run(ifname),
         Command::Doctor { ifname, outers, json } => {
-            let ctx = ordo::doctor::Context::read(ifname.as_deref(), outers)?;
-            let findings = ordo::doctor::examine(&ctx);
+            let ctx = ordo_tools::doctor::Context::read(ifname.as_deref(), outers)?;
+            let findings = ordo_tools::doctor::examine(&ctx);
             if json {
                 println!("{}", serde_json::to_string_pretty(&findings)?);
             } else {
-                print!("{}", ordo::doctor::render(&findings));
+                print!("{}", ordo_tools::doctor::render(&findings));
             }
-            if findings.iter().any(|f| f.severity == ordo::doctor::Severity::Problem) {
+            if findings
+                .iter()
+                .any(|f| f.severity == ordo_tools::doctor::Severity::Problem)
+            {
                 std::process::exit(1);
             }
             Ok(())
@@ -331,7 +335,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Loadgen(cmd) => loadgen::command(cmd),
-        Command::Lab(LabCommand::Report { dir, scenario }) => ordo::lab::report(&dir, &scenario),
+        Command::Lab(LabCommand::Report { dir, scenario }) => ordo_tools::lab::report(&dir, &scenario),
         Command::Genkey => {
             let k = ordo_proto::PrivateKey::generate(&mut rand_core::OsRng);
             println!("{}", k.to_base64().as_str());

@@ -124,7 +124,7 @@ fn steering(dev: &str, ctx: &Context) -> Finding {
         format!(
             "RPS moves each datagram's softirq to another CPU before Ordo's steering hands it to its peer's \
              queue (CPUs {}): an extra cross-CPU hop",
-            crate::host::topology::format_cpu_list(&ctx.queue_cpus)
+            ordo::host::topology::format_cpu_list(&ctx.queue_cpus)
         )
     };
     Finding::flag(
@@ -159,14 +159,14 @@ fn interrupts(dev: &str, ctx: &Context) -> Finding {
     let mut cpus = Vec::new();
     for irq in &irqs {
         let list = (ctx.files.read(&format!("/proc/irq/{irq}/smp_affinity_list"))).unwrap_or_default();
-        cpus.extend(crate::host::topology::parse_cpu_list(&list).unwrap_or_default());
+        cpus.extend(ordo::host::topology::parse_cpu_list(&list).unwrap_or_default());
     }
     cpus.sort_unstable();
     cpus.dedup();
     let read = format!(
         "IRQs {:?} on CPUs {}",
         irqs,
-        crate::host::topology::format_cpu_list(&cpus)
+        ordo::host::topology::format_cpu_list(&cpus)
     );
     if ctx.queue_cpus.is_empty() {
         return Finding::unknown(check, format!("{read}; Ordo's queue CPUs unknown (ordo doctor IFNAME)"));
@@ -182,14 +182,14 @@ fn interrupts(dev: &str, ctx: &Context) -> Finding {
         format!(
             "interrupts on CPUs {} where no Ordo queue runs: the receive softirq runs there, then each batch \
              crosses to its queue's CPU ({})",
-            crate::host::topology::format_cpu_list(&outside),
-            crate::host::topology::format_cpu_list(&ctx.queue_cpus)
+            ordo::host::topology::format_cpu_list(&outside),
+            ordo::host::topology::format_cpu_list(&ctx.queue_cpus)
         ),
         Some(format!(
             "for i in {}; do echo {} > /proc/irq/$i/smp_affinity_list; done  (irqbalance may undo it: set its \
              banned CPUs, or stop it)",
             irqs.iter().map(u32::to_string).collect::<Vec<_>>().join(" "),
-            crate::host::topology::format_cpu_list(&ctx.queue_cpus)
+            ordo::host::topology::format_cpu_list(&ctx.queue_cpus)
         )),
     )
 }
@@ -276,7 +276,7 @@ fn numa(dev: &str, ctx: &Context) -> Finding {
         check,
         format!(
             "{dev} on node {node}; Ordo's queue CPUs {} on another",
-            crate::host::topology::format_cpu_list(&away)
+            ordo::host::topology::format_cpu_list(&away)
         ),
         "every datagram crosses between NUMA nodes, and memory on the other node is slower to reach",
         Some(format!(

@@ -3,13 +3,13 @@
 
 use super::ceiling::aead_ceiling;
 use super::{place_while, wait_for, MemPlane, Options, Phase, SLOT_BYTES};
-use crate::host::topology;
-use crate::host::topology::Cpus;
-use crate::placement::model::Model;
-use crate::plane::Ctx;
-use crate::port::{buffers, Datagram, BATCH};
-use crate::threads::READ_BATCH;
 use anyhow::Result;
+use ordo::host::topology;
+use ordo::host::topology::Cpus;
+use ordo::placement::model::Model;
+use ordo::plane::Ctx;
+use ordo::port::{buffers, Datagram, BATCH};
+use ordo::threads::READ_BATCH;
 use ordo_proto::messages::DATA_HEADER_LEN;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};

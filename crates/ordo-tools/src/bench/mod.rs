@@ -21,13 +21,13 @@ mod ceiling;
 mod render;
 mod rounds;
 
-use crate::host::topology::{self, Cpus};
-use crate::inner::memory::MemoryInner;
-use crate::outer::memory::MemoryOuter;
-use crate::placement::model::{Model, Plan, PlaneConfig};
-use crate::plane::DataPlane;
-use crate::port::Datagram;
 use anyhow::{bail, Result};
+use ordo::host::topology::{self, Cpus};
+use ordo::inner::memory::MemoryInner;
+use ordo::outer::memory::MemoryOuter;
+use ordo::placement::model::{Model, Plan, PlaneConfig};
+use ordo::plane::DataPlane;
+use ordo::port::Datagram;
 use ordo_proto::{Interface, PrivateKey, Sent, SEND_HEADROOM};
 use rand_chacha::ChaCha20Rng;
 use rand_core::SeedableRng;
@@ -140,7 +140,7 @@ const SERVER_IP: [u8; 4] = [10, 0, 0, 1];
 
 /// The open round carves its messages from buffers of this size: a fresh slot of the
 /// receive stage's (see `batch::Receiver`).
-const SLOT_BYTES: usize = ordo_udp::SLOT_RECEIVES * crate::port::MAX_PACKET;
+const SLOT_BYTES: usize = ordo_udp::SLOT_RECEIVES * ordo::port::MAX_PACKET;
 
 /// One data plane under test with its peers' cores: set up once (real handshakes, in
 /// memory), then timed round by round. Several can live side by side, so that `compare`

@@ -10,8 +10,8 @@
 pub mod host;
 pub mod nic;
 
-use crate::host::topology::Topology;
-use crate::show::InterfaceShow;
+use ordo::host::topology::Topology;
+use ordo::show::InterfaceShow;
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -156,11 +156,11 @@ impl Context {
     /// Reads what the checks need: the interface named (if any) and the outer interfaces
     /// given, else those of the default routes.
     pub fn read(ifname: Option<&str>, outers: Vec<String>) -> anyhow::Result<Context> {
-        let interface = ifname.map(crate::show::fetch).transpose()?;
+        let interface = ifname.map(ordo::show::fetch).transpose()?;
         let files = Files::default();
         let tunnel_mtu = ifname.and_then(|n| files.number(&format!("/sys/class/net/{n}/mtu")).map(|m| m as u32));
         let outers = if outers.is_empty() {
-            crate::outer::xdp::route::Routes::open()
+            ordo::outer::xdp::route::Routes::open()
                 .and_then(|r| r.outer_interfaces())
                 .map(|v| v.into_iter().map(|i| i.name).collect())
                 .unwrap_or_default()
@@ -177,7 +177,7 @@ impl Context {
             (interface.iter())
                 .flat_map(|s| s.peers.iter())
                 .filter_map(|p| p.placement.as_ref())
-                .flat_map(|p| crate::host::topology::parse_cpu_list(&p.cpu).unwrap_or_default()),
+                .flat_map(|p| ordo::host::topology::parse_cpu_list(&p.cpu).unwrap_or_default()),
         );
         queue_cpus.sort_unstable();
         queue_cpus.dedup();

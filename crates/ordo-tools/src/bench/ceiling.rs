@@ -1,7 +1,7 @@
 //! The AEAD ceilings a round is set beside: the same seal or open in a plain loop, on one core
 //! and on every crypto thread's CPU at once, timed like the round.
 
-use crate::host::topology;
+use ordo::host::topology;
 use ordo_proto::messages::DATA_HEADER_LEN;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};

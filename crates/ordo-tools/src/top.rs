@@ -3,8 +3,8 @@
 //! the cores it took, its packets and how it delivered; per peer, its rates and placement; the
 //! detectors' warnings. `q`, Esc or Ctrl-C leaves.
 
-use crate::show::{self, InterfaceShow};
 use anyhow::{Context, Result};
+use ordo::show::{self, InterfaceShow};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style};
@@ -57,7 +57,7 @@ fn read(ifname: &str, seen: &mut Option<Seen>) -> Result<Reading> {
 pub fn run(ifname: Option<String>) -> Result<()> {
     let ifname = match ifname {
         Some(n) => n,
-        None => (crate::uapi::client::list_interfaces().into_iter().next())
+        None => (ordo::uapi::client::list_interfaces().into_iter().next())
             .context("no interface is up (ordo top IFNAME)")?,
     };
     let mut seen = None;
@@ -246,7 +246,7 @@ fn draw(f: &mut Frame, reading: &Reading) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::show::{CpuShow, PeerShow, Placement, StageShow};
+    use ordo::show::{CpuShow, PeerShow, Placement, StageShow};
 
     #[test]
     fn rows_read_as_a_person_would() {

@@ -104,7 +104,7 @@ fn governor(ctx: &Context) -> Finding {
     }
     let slow: Vec<String> = (governors.iter())
         .filter(|(g, _)| g.as_str() != "performance")
-        .map(|(g, cpus)| format!("{g} on CPUs {}", crate::host::topology::format_cpu_list(cpus)))
+        .map(|(g, cpus)| format!("{g} on CPUs {}", ordo::host::topology::format_cpu_list(cpus)))
         .collect();
     if slow.is_empty() {
         return Finding::ok(check, "performance on every CPU");
@@ -162,10 +162,10 @@ fn wireguard_module(ctx: &Context) -> Finding {
 fn softirq_accounting() -> Finding {
     let check = "softirq time accounting";
     let config = kernel_config("CONFIG_IRQ_TIME_ACCOUNTING");
-    let before = (net_rx_softirqs(), crate::host::cpuload::cpu_times());
+    let before = (net_rx_softirqs(), ordo::host::cpuload::cpu_times());
     std::thread::sleep(Duration::from_secs(1));
-    let after = (net_rx_softirqs(), crate::host::cpuload::cpu_times());
-    let ticks = crate::host::cpuload::clock_ticks_per_second() as f64;
+    let after = (net_rx_softirqs(), ordo::host::cpuload::cpu_times());
+    let ticks = ordo::host::cpuload::clock_ticks_per_second() as f64;
     let mut busy = Vec::new();
     let mut unaccounted = Vec::new();
     for (cpu, n) in &after.0 {
