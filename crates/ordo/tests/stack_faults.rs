@@ -16,6 +16,7 @@ use ordo::outer::faults::{FaultInjector, Faults};
 use ordo::outer::memory::MemoryOuter;
 use ordo::placement::model::{Model, Plan, PlaneConfig};
 use ordo::plane::DataPlane;
+use ordo::port::InnerPort;
 use ordo::threads::{self, Stop};
 use ordo_attach::{Accepted, Op, Reply, Request, ACCEPTED_LEN, REPLY_LEN};
 use ordo_proto::{Interface, PrivateKey};
@@ -51,7 +52,7 @@ impl Drop for End {
     fn drop(&mut self) {
         self.stop.request("the test is over");
         // As the device does: the port's readers wake and see the stop.
-        self.plane.inner.close();
+        self.plane.inner.shutdown();
         self.plane.stop();
         for t in self.threads.drain(..) {
             let _ = t.join();

@@ -35,7 +35,7 @@ pub enum Table {
     Id(u32),
 }
 
-pub use crate::device::inner::InnerKind;
+pub use crate::inner::InnerKind;
 
 #[derive(Debug, Default)]
 pub struct InterfaceSection {

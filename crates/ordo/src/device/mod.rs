@@ -1,14 +1,11 @@
 //! The device: where the data plane is composed with its ports and its threads. Ordo's
 //! interface is the plane over a TUN device (`inner::tun`) or Ordo's own TCP/IP stack
-//! (`inner::stack`, see [`inner`]) and kernel UDP sockets (`outer::udp`) or AF_XDP beside
-//! them (`outer::xdp`, see [`outer`]), in the execution model chosen for the interface
-//! (`placement::model`), with
-//! the threads of `crate::threads` reading the ports and one thread for the timers and the
-//! placement. Everything below knows nothing of the device; the device alone knows which
-//! backends it put together, for the controls only they have (the listen port, the fwmark).
+//! (`inner::stack`) and kernel UDP sockets (`outer::udp`) or AF_XDP beside them
+//! (`outer::xdp`), each chosen at run time (`port::chosen`), in the execution model chosen
+//! for the interface (`placement::model`), with the threads of `crate::threads` reading the
+//! ports and one thread for the timers and the placement. Everything below knows nothing of
+//! the device.
 
-pub mod inner;
-pub mod outer;
 pub mod report;
 
 use crate::inner::stack::service::Stack;
@@ -20,6 +17,7 @@ use crate::outer::OuterKind;
 use crate::placement::model::{Model, Plan, PlaneConfig};
 use crate::plane::stats::Stats;
 use crate::plane::DataPlane;
+use crate::port::chosen::{ChosenInner, ChosenOuter};
 use crate::port::{Counter, InnerPort, OuterPort};
 use crate::threads::{self, Stop};
 use ordo_proto::Interface;
@@ -31,11 +29,8 @@ use std::time::{Duration, Instant};
 /// A peer carrying at least this many packets a second counts as active for the detectors.
 const ACTIVE_PEER_PPS: f64 = 100.0;
 
-/// The data plane of an Ordo interface.
-pub type KernelPlane = DataPlane<InnerSide, OuterSide>;
-
-use inner::InnerSide;
-use outer::OuterSide;
+/// The data plane of an Ordo interface, over the ports its settings chose.
+pub type KernelPlane = DataPlane<ChosenInner, ChosenOuter>;
 
 pub struct Device {
     pub name: String,
@@ -57,7 +52,7 @@ impl Device {
     pub fn create(name: &str, config: &PlaneConfig) -> io::Result<Arc<Device>> {
         let plan = Plan::new(config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let tun = TunPort::create(name, plan.queues.len())?;
-        Device::compose(name, plan, InnerSide::Tun(tun), config)
+        Device::compose(name, plan, ChosenInner::new(tun), config)
     }
 
     /// An interface whose inner side is Ordo's own TCP/IP stack: no TUN device, nothing that
@@ -66,22 +61,22 @@ impl Device {
     pub fn create_stack(name: &str, config: &PlaneConfig, mtu: usize) -> io::Result<(Arc<Device>, Arc<Stack>)> {
         let plan = Plan::new(config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let (port, stack) = StackPort::new(plan.queues.len(), mtu)?;
-        Ok((Device::compose(name, plan, InnerSide::Stack(port), config)?, stack))
+        Ok((Device::compose(name, plan, ChosenInner::new(port), config)?, stack))
     }
 
-    fn compose(name: &str, plan: Plan, inner: InnerSide, config: &PlaneConfig) -> io::Result<Arc<Device>> {
+    fn compose(name: &str, plan: Plan, inner: ChosenInner, config: &PlaneConfig) -> io::Result<Arc<Device>> {
         let udp = UdpPort::bind(0, 0, plan.queues.len())?;
         let mut outer_note = None;
         let outer = match config.outer {
-            OuterKind::Udp => OuterSide::Udp(udp),
+            OuterKind::Udp => ChosenOuter::new(udp),
             OuterKind::Xdp => match XdpPort::open(udp, &config.xdp_interfaces, config.xdp_mode, plan.queues.len()) {
-                Ok(x) => OuterSide::Xdp(x),
+                Ok(x) => ChosenOuter::new(x),
                 Err(Fallback { udp, reason }) => {
                     let note = format!("Outer = xdp unavailable, running on udp: {reason}");
                     // Said now, to whoever started the interface, and again in the log.
                     log::warn!("{note}");
                     outer_note = Some(note);
-                    OuterSide::Udp(udp)
+                    ChosenOuter::new(udp)
                 }
             },
         };
@@ -197,9 +192,7 @@ impl Device {
 
     /// Wakes the threads that wait on the ports or the pools, so that they see the stop.
     fn wake_threads(&self) {
-        if let InnerSide::Stack(stack) = &self.plane.inner {
-            stack.close();
-        }
+        self.plane.inner.shutdown();
         self.plane.outer.shutdown();
         self.plane.stop();
     }

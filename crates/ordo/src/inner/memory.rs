@@ -105,6 +105,10 @@ impl MemoryInner {
 impl InnerPort for MemoryInner {
     type Read = MemoryRead;
 
+    fn shutdown(&self) {
+        self.close()
+    }
+
     fn reader(&self, queue: usize) -> MemoryRead {
         MemoryRead {
             shared: self.shared.clone(),

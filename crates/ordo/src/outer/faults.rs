@@ -99,6 +99,26 @@ impl<P: OuterPort> OuterPort for FaultInjector<P> {
         self.port.steer(exceptions)
     }
 
+    fn listen_port(&self) -> u16 {
+        self.port.listen_port()
+    }
+
+    fn rebind(&self, port: u16, fwmark: u32) -> io::Result<()> {
+        self.port.rebind(port, fwmark)
+    }
+
+    fn set_fwmark(&self, mark: u32, old: u32) -> io::Result<()> {
+        self.port.set_fwmark(mark, old)
+    }
+
+    fn shutdown(&self) {
+        self.port.shutdown()
+    }
+
+    fn describe(&self) -> String {
+        format!("{} with faults", self.port.describe())
+    }
+
     fn counters(&self) -> Vec<Counter> {
         let c = &self.counts;
         let mut v = self.port.counters();

@@ -153,6 +153,10 @@ impl OuterPort for MemoryOuter {
         payloads.len()
     }
 
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+
     fn steer(&self, exceptions: &[SteeringException]) {
         self.shared.steer_calls.fetch_add(1, Ordering::Relaxed);
         *self.shared.exceptions.lock().unwrap_or_else(|p| p.into_inner()) = exceptions.to_vec();

@@ -12,6 +12,7 @@
 //! an inner half together.
 
 pub mod buffers;
+pub mod chosen;
 
 use std::io;
 use std::net::SocketAddr;
@@ -136,6 +137,32 @@ pub trait OuterPort: Send + Sync + 'static {
     fn counters(&self) -> Vec<Counter> {
         Vec::new()
     }
+
+    /// The UDP port it listens on (0: none).
+    fn listen_port(&self) -> u16 {
+        0
+    }
+
+    /// Listens on `port` instead (0: any free port), its sockets marked `fwmark`; the waiting
+    /// halves move to the new sockets. On failure the old ones stay.
+    fn rebind(&self, _port: u16, _fwmark: u32) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this outer port has no listen port",
+        ))
+    }
+
+    /// Marks every socket `mark`, or, if one cannot be, none: those marked already go back to
+    /// `old`. A port without sockets has nothing to mark.
+    fn set_fwmark(&self, _mark: u32, _old: u32) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Wakes every half waiting on the port, for good: the plane is stopping.
+    fn shutdown(&self) {}
+
+    /// Which path it is, as `ordo show` says it: `udp`, or `xdp on` each interface and mode.
+    fn describe(&self) -> String;
 }
 
 /// One receive half of an outer port.
@@ -176,6 +203,9 @@ pub trait InnerPort: Send + Sync + 'static {
     fn counters(&self) -> Vec<Counter> {
         Vec::new()
     }
+
+    /// Ends its read halves' waits, for good: the plane is stopping (their reads then fail).
+    fn shutdown(&self) {}
 }
 
 /// The read half of an inner port's queue.

@@ -68,16 +68,16 @@ impl StackPort {
         };
         Ok((port, stack))
     }
-
-    /// The plane's side goes away: its readers fail.
-    pub fn close(&self) {
-        self.stack.wires.to_plane.close();
-        self.idle.iter().for_each(|i| i.close());
-    }
 }
 
 impl InnerPort for StackPort {
     type Read = StackRead;
+
+    /// The plane's side goes away: its readers fail.
+    fn shutdown(&self) {
+        self.stack.wires.to_plane.close();
+        self.idle.iter().for_each(|i| i.close());
+    }
 
     fn reader(&self, queue: usize) -> StackRead {
         StackRead {

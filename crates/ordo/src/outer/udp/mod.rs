@@ -72,14 +72,18 @@ impl UdpPort {
     fn group(&self) -> Group {
         self.group.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
+}
 
-    pub fn listen_port(&self) -> u16 {
+impl OuterPort for UdpPort {
+    type Receive = UdpReceive;
+
+    fn listen_port(&self) -> u16 {
         self.group()[0].port
     }
 
     /// Binds the same queues on `port` (0: any free port) and puts them in place of the old
     /// ones, whose waiting threads wake and move to the new. On failure the old sockets stay.
-    pub fn rebind(&self, port: u16, fwmark: u32) -> io::Result<()> {
+    fn rebind(&self, port: u16, fwmark: u32) -> io::Result<()> {
         let current = self.group();
         if port == current[0].port && port != 0 {
             return Ok(());
@@ -95,7 +99,7 @@ impl UdpPort {
 
     /// Marks every socket with `mark`, or, if one cannot be, none: those marked already go
     /// back to `old`.
-    pub fn set_fwmark(&self, mark: u32, old: u32) -> io::Result<()> {
+    fn set_fwmark(&self, mark: u32, old: u32) -> io::Result<()> {
         let group = self.group();
         for (i, s) in group.iter().enumerate() {
             if let Err(e) = s.set_fwmark(mark) {
@@ -109,13 +113,13 @@ impl UdpPort {
     }
 
     /// Wakes every thread waiting on the sockets (at shutdown).
-    pub fn shutdown(&self) {
+    fn shutdown(&self) {
         self.group().iter().for_each(Sockets::shutdown);
     }
-}
 
-impl OuterPort for UdpPort {
-    type Receive = UdpReceive;
+    fn describe(&self) -> String {
+        "udp".into()
+    }
 
     /// One half per address family the sockets have.
     fn receivers(&self, queue: usize) -> Vec<UdpReceive> {

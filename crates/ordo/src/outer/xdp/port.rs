@@ -163,55 +163,6 @@ impl XdpPort {
         Ok((attached, paths))
     }
 
-    pub fn listen_port(&self) -> u16 {
-        self.udp.listen_port()
-    }
-
-    /// Moves the kernel socket and the program to `port` (0: any free port); on failure the
-    /// old port stays for both. Until the program hears of the new port, its datagrams pass
-    /// to the kernel socket, already bound to it: none is lost in the change.
-    pub fn rebind(&self, port: u16, fwmark: u32) -> io::Result<()> {
-        self.udp.rebind(port, fwmark)?;
-        let now = self.udp.listen_port();
-        for a in &self.attached {
-            // Not fatal: the kernel socket has the port, and the program passes it what it
-            // does not take.
-            if let Err(e) = a.attachment.set_port(now) {
-                log::error!("{}: the XDP program keeps the old port: {e}", a.interface.name);
-            }
-        }
-        Ok(())
-    }
-
-    /// Marks what goes through the kernel socket. Frames Ordo writes carry no mark: they
-    /// meet no routing rule.
-    pub fn set_fwmark(&self, mark: u32, old: u32) -> io::Result<()> {
-        self.udp.set_fwmark(mark, old)
-    }
-
-    /// Wakes every thread waiting on the port (at shutdown).
-    pub fn shutdown(&self) {
-        self.udp.shutdown();
-        let one = 1u64;
-        // SAFETY: writes 8 bytes from a u64 to an eventfd this port owns.
-        unsafe { libc::write(self.shutdown.as_raw_fd(), (&one as *const u64).cast(), 8) };
-    }
-
-    /// What `ordo show` says of the path: each interface, its mode, copy or zero-copy.
-    pub fn describe(&self) -> String {
-        self.attached
-            .iter()
-            .map(|a| {
-                let mode = a.attachment.mode;
-                let copy = if a.zero_copy { "zero-copy" } else { "copy" };
-                let n = a.sockets.len();
-                let sockets = if n == 1 { "socket" } else { "sockets" };
-                format!("{} ({mode}, {copy}, {n} {sockets})", a.interface.name)
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
     /// The mode of the program on the first interface (all share the kernel's rules).
     pub fn mode(&self) -> Mode {
         self.attached
@@ -242,6 +193,57 @@ fn bind_sockets(interface: &Interface, attachment: &Attachment) -> io::Result<Ve
 
 impl OuterPort for XdpPort {
     type Receive = XdpReceive;
+
+    fn listen_port(&self) -> u16 {
+        self.udp.listen_port()
+    }
+
+    /// Moves the kernel socket and the program to `port` (0: any free port); on failure the
+    /// old port stays for both. Until the program hears of the new port, its datagrams pass
+    /// to the kernel socket, already bound to it: none is lost in the change.
+    fn rebind(&self, port: u16, fwmark: u32) -> io::Result<()> {
+        self.udp.rebind(port, fwmark)?;
+        let now = self.udp.listen_port();
+        for a in &self.attached {
+            // Not fatal: the kernel socket has the port, and the program passes it what it
+            // does not take.
+            if let Err(e) = a.attachment.set_port(now) {
+                log::error!("{}: the XDP program keeps the old port: {e}", a.interface.name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks what goes through the kernel socket. Frames Ordo writes carry no mark: they
+    /// meet no routing rule.
+    fn set_fwmark(&self, mark: u32, old: u32) -> io::Result<()> {
+        self.udp.set_fwmark(mark, old)
+    }
+
+    /// Wakes every thread waiting on the port (at shutdown).
+    fn shutdown(&self) {
+        self.udp.shutdown();
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a u64 to an eventfd this port owns.
+        unsafe { libc::write(self.shutdown.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// What `ordo show` says of the path: each interface, its mode, copy or zero-copy.
+    fn describe(&self) -> String {
+        let interfaces = self
+            .attached
+            .iter()
+            .map(|a| {
+                let mode = a.attachment.mode;
+                let copy = if a.zero_copy { "zero-copy" } else { "copy" };
+                let n = a.sockets.len();
+                let sockets = if n == 1 { "socket" } else { "sockets" };
+                format!("{} ({mode}, {copy}, {n} {sockets})", a.interface.name)
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("xdp on {interfaces}")
+    }
 
     /// The kernel socket's halves, and a half per AF_XDP socket whose NIC queue belongs to
     /// `queue`.
