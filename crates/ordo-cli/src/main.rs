@@ -16,7 +16,8 @@
 
 use ordo::daemon::janitor::{self, FileIdentity};
 use ordo::daemon::privileges::Privileges;
-use ordo::placement::model::{Model, PlaneConfig, SETTINGS};
+use ordo::interface::settings::{InterfaceSettings, SETTINGS};
+use ordo::placement::model::Model;
 use ordo::{daemon, quick, show, uapi};
 use ordo_tools::{bench, loadgen};
 
@@ -210,8 +211,8 @@ fn xplatform(args: &[String]) -> Option<Result<()>> {
     {
         return None;
     }
-    let config = (|| -> Result<PlaneConfig> {
-        let mut c = PlaneConfig::from_env().map_err(anyhow::Error::msg)?;
+    let config = (|| -> Result<InterfaceSettings> {
+        let mut c = InterfaceSettings::from_env().map_err(anyhow::Error::msg)?;
         for (k, v) in flags {
             c.set(k, v).map_err(|e| anyhow::anyhow!("--{k}: {e}"))?;
         }

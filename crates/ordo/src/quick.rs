@@ -6,8 +6,8 @@ use crate::config::wgquick::{InnerKind, Table, WgQuickConfig};
 use crate::config::{self, set_request};
 use crate::daemon::{self, privileges::Privileges};
 use crate::firewall::{self, Family};
+use crate::interface::settings::InterfaceSettings;
 use crate::netconf::Netlink;
-use crate::placement::model::PlaneConfig;
 use crate::uapi::client;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
@@ -72,10 +72,10 @@ pub fn up(arg: &str, privileges: &Privileges, inner: Option<InnerKind>, foregrou
     if inner.or(cfg.interface.inner).or(from_env).unwrap_or_default() == InnerKind::Stack {
         // No device, routes or firewall: programs attach to the stack.
         return if foreground {
-            crate::shared_stack::serve(&cfg, &path, &ifname, privileges)
+            crate::interface::shared::serve(&cfg, &path, &ifname, privileges)
         } else {
             run_hooks(&cfg.interface.pre_up, &ifname)?;
-            crate::shared_stack::up(&path, &ifname, privileges)?;
+            crate::interface::shared::up(&path, &ifname, privileges)?;
             run_hooks(&cfg.interface.post_up, &ifname)
         };
     }
@@ -99,7 +99,7 @@ pub fn up(arg: &str, privileges: &Privileges, inner: Option<InnerKind>, foregrou
         bail!("{ifname} is already up");
     }
     run_hooks(&cfg.interface.pre_up, &ifname)?;
-    let mut plane = PlaneConfig::from_env().map_err(anyhow::Error::msg)?;
+    let mut plane = InterfaceSettings::from_env().map_err(anyhow::Error::msg)?;
     for (name, value) in &cfg.interface.plane {
         plane.set(name, value).map_err(anyhow::Error::msg)?;
     }
@@ -177,8 +177,8 @@ pub fn down(arg: &str) -> Result<()> {
     let (path, ifname) = resolve(arg)?;
     let cfg = config::load(&path)?;
     run_hooks(&cfg.interface.pre_down, &ifname)?;
-    if crate::shared_stack::is_up(&ifname) {
-        crate::shared_stack::down(&ifname)?;
+    if crate::interface::shared::is_up(&ifname) {
+        crate::interface::shared::down(&ifname)?;
         return run_hooks(&cfg.interface.post_down, &ifname);
     }
     let nl = Netlink::open()?;

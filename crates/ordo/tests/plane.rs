@@ -8,7 +8,7 @@
 use ordo::inner::memory::{MemoryInner, Written};
 use ordo::outer::faults::{FaultInjector, Faults};
 use ordo::outer::memory::MemoryOuter;
-use ordo::placement::model::{Model, Plan, PlaneConfig};
+use ordo::placement::model::{Model, PlacementSettings, Plan};
 use ordo::plane::stats::Stage;
 use ordo::plane::DataPlane;
 use ordo::threads::{self, Stop};
@@ -73,7 +73,7 @@ fn tunnel(model: Model, faults: Faults) -> (End, End) {
         addr: "192.0.2.2:51820".parse().unwrap(),
         ip: Ipv4Addr::new(10, 0, 0, 2),
     };
-    let config = PlaneConfig {
+    let config = PlacementSettings {
         model,
         ..Default::default()
     };

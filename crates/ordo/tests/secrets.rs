@@ -6,7 +6,7 @@
 //! release build: the optimiser changes where moved bytes and stale stack end up.
 
 use ordo::device::Device;
-use ordo::placement::model::PlaneConfig;
+use ordo::interface::settings::InterfaceSettings;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -111,7 +111,7 @@ fn no_key_is_left_in_freed_memory_by_the_uapi() {
         pieces.extend(pieces_of(PRIVATE_HEX));
         pieces.extend(pieces_of(PRESHARED_HEX));
     }
-    let device = Device::create("ordosecrets", &PlaneConfig::default()).expect("a TUN device");
+    let device = Device::create("ordosecrets", &InterfaceSettings::default()).expect("a TUN device");
     let mut request = Zeroizing::new(String::with_capacity(16 * 1024));
     {
         use std::fmt::Write;

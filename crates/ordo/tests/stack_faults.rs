@@ -14,7 +14,7 @@ use ordo::inner::stack::service::Service;
 use ordo::inner::stack::{StackPort, StackSettings};
 use ordo::outer::faults::{FaultInjector, Faults};
 use ordo::outer::memory::MemoryOuter;
-use ordo::placement::model::{Model, Plan, PlaneConfig};
+use ordo::placement::model::{Model, PlacementSettings, Plan};
 use ordo::plane::DataPlane;
 use ordo::port::InnerPort;
 use ordo::threads::{self, Stop};
@@ -153,7 +153,7 @@ fn a_connection_through_a_reordering_lossy_tunnel_delivers_every_byte_in_order()
         outer: "192.0.2.2:51820".parse().unwrap(),
         inner: "10.99.0.2",
     };
-    let config = PlaneConfig {
+    let config = PlacementSettings {
         model: Model::Inline,
         ..Default::default()
     };

@@ -25,7 +25,7 @@ use anyhow::{bail, Result};
 use ordo::host::topology::{self, Cpus};
 use ordo::inner::memory::MemoryInner;
 use ordo::outer::memory::MemoryOuter;
-use ordo::placement::model::{Model, Plan, PlaneConfig};
+use ordo::placement::model::{Model, PlacementSettings, Plan};
 use ordo::plane::DataPlane;
 use ordo::port::Datagram;
 use ordo_proto::{Interface, PrivateKey, Sent, SEND_HEADROOM};
@@ -190,7 +190,7 @@ impl Bench {
         let mut core = Interface::new(t0);
         core.set_mtu(o.size.max(576));
         core.set_private_key(Some(server_key.clone()));
-        let config = PlaneConfig {
+        let config = PlacementSettings {
             model: o.model,
             workers: o.workers,
             cpus,

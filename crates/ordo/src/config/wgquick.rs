@@ -1,7 +1,7 @@
 //! The wg-quick configuration format: an [Interface] section and [Peer] sections of
 //! `Key = Value` lines. Every error names the file, the line and what is wrong.
 
-use crate::placement::model::{PlaneConfig, SETTINGS};
+use crate::interface::settings::{InterfaceSettings, SETTINGS};
 use ipnet::IpNet;
 use ordo_proto::{PresharedKey, PrivateKey, PublicKey};
 use std::fmt;
@@ -292,7 +292,7 @@ pub fn parse(text: &str, file: &Path) -> Result<WgQuickConfig, ConfigError> {
                     }
                     _ => match SETTINGS.iter().find(|(_, k, _)| k.eq_ignore_ascii_case(&lower)) {
                         Some((name, k, _)) => {
-                            PlaneConfig::default()
+                            InterfaceSettings::default()
                                 .set(name, value)
                                 .map_err(|e| err(n, format!("{k}: {e}")))?;
                             iface.plane.push((name, value.to_string()));

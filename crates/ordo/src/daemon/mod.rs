@@ -7,7 +7,7 @@ pub mod janitor;
 pub mod privileges;
 
 use crate::device::Device;
-use crate::placement::model::PlaneConfig;
+use crate::interface::settings::InterfaceSettings;
 use crate::uapi;
 use anyhow::{bail, Context, Result};
 use privileges::{not_dumpable, Privileges};
@@ -28,7 +28,7 @@ const UNDER_LOAD_ENV: &str = "ORDO_TEST_UNDER_LOAD";
 const REKEY_AFTER_ENV: &str = "ORDO_TEST_REKEY_AFTER";
 
 /// Starts the daemon for `ifname` in the background and waits until it is ready.
-pub fn spawn_detached(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Result<()> {
+pub fn spawn_detached(ifname: &str, privileges: &Privileges, config: &InterfaceSettings) -> Result<()> {
     let mut args: Vec<std::ffi::OsString> = vec!["--foreground".into()];
     args.extend(privileges.to_args().into_iter().map(Into::into));
     args.extend(config.to_args().into_iter().map(Into::into));
@@ -147,7 +147,7 @@ pub fn raise_descriptor_limit() -> io::Result<u64> {
 }
 
 /// Runs the interface until it is deleted, its socket removed, or a signal arrives.
-pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Result<()> {
+pub fn run(ifname: &str, privileges: &Privileges, config: &InterfaceSettings) -> Result<()> {
     crate::logging::init(ifname, log::LevelFilter::Info);
     if let Err(e) = raise_descriptor_limit() {
         log::warn!("cannot raise the limit on open descriptors: {e}");
@@ -182,7 +182,7 @@ pub fn run(ifname: &str, privileges: &Privileges, config: &PlaneConfig) -> Resul
             Err(e) => log::warn!("{e:#}: the UAPI socket may outlive the daemon"),
         }
         privileges::ensure_alone()?;
-        privileges::drop_privileges(user, config.delivery_fifo)
+        privileges::drop_privileges(user, config.placement.delivery_fifo)
             .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
     }
     device.start().context("cannot start the data plane")?;

@@ -11,10 +11,11 @@ pub mod report;
 use crate::inner::stack::service::Stack;
 use crate::inner::stack::StackPort;
 use crate::inner::tun::TunPort;
+use crate::interface::settings::InterfaceSettings;
 use crate::outer::udp::UdpPort;
 use crate::outer::xdp::port::{Fallback, XdpPort};
 use crate::outer::OuterKind;
-use crate::placement::model::{Model, Plan, PlaneConfig};
+use crate::placement::model::{Model, Plan};
 use crate::plane::stats::Stats;
 use crate::plane::DataPlane;
 use crate::port::chosen::{ChosenInner, ChosenOuter};
@@ -49,8 +50,8 @@ pub struct Device {
 impl Device {
     /// Creates the TUN interface and binds the sockets (listen port 0: a free port), with
     /// as many queues as the execution model wants.
-    pub fn create(name: &str, config: &PlaneConfig) -> io::Result<Arc<Device>> {
-        let plan = Plan::new(config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    pub fn create(name: &str, config: &InterfaceSettings) -> io::Result<Arc<Device>> {
+        let plan = Plan::new(&config.placement).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let tun = TunPort::create(name, plan.queues.len())?;
         Device::compose(name, plan, ChosenInner::new(tun), config)
     }
@@ -58,13 +59,13 @@ impl Device {
     /// An interface whose inner side is Ordo's own TCP/IP stack: no TUN device, nothing that
     /// needs a privilege. Returns the stack, for its service
     /// (`inner::stack::service::Service::start`); the plane's reader runs it.
-    pub fn create_stack(name: &str, config: &PlaneConfig, mtu: usize) -> io::Result<(Arc<Device>, Arc<Stack>)> {
-        let plan = Plan::new(config).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    pub fn create_stack(name: &str, config: &InterfaceSettings, mtu: usize) -> io::Result<(Arc<Device>, Arc<Stack>)> {
+        let plan = Plan::new(&config.placement).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let (port, stack) = StackPort::new(plan.queues.len(), mtu)?;
         Ok((Device::compose(name, plan, ChosenInner::new(port), config)?, stack))
     }
 
-    fn compose(name: &str, plan: Plan, inner: ChosenInner, config: &PlaneConfig) -> io::Result<Arc<Device>> {
+    fn compose(name: &str, plan: Plan, inner: ChosenInner, config: &InterfaceSettings) -> io::Result<Arc<Device>> {
         let udp = UdpPort::bind(0, 0, plan.queues.len())?;
         let mut outer_note = None;
         let outer = match config.outer {

@@ -16,8 +16,6 @@
 //! one node (see [`super`] for the per-peer assignment).
 
 use crate::host::topology::{self, format_cpu_list, Cpus, Topology};
-use crate::outer::xdp::attach::Mode as XdpMode;
-use crate::outer::OuterKind;
 use std::fmt;
 use std::str::FromStr;
 
@@ -72,9 +70,10 @@ impl FromStr for Model {
     }
 }
 
-/// What the user asked for.
+/// Where the data plane's threads run, as the user asked (`Model`, `Workers`, `Cores`,
+/// `IoCores`, `DeliveryFifo`, `Placement`); [`Plan::new`] resolves it against the machine.
 #[derive(Clone, Debug, Default)]
-pub struct PlaneConfig {
+pub struct PlacementSettings {
     pub model: Model,
     /// Crypto workers in the pool; 0: one per crypto CPU.
     pub workers: usize,
@@ -89,144 +88,6 @@ pub struct PlaneConfig {
     pub delivery_fifo: bool,
     /// Peers stay on the queue and pool they were given (no load-aware moves).
     pub fixed_placement: bool,
-    /// The outer port: kernel UDP or AF_XDP.
-    pub outer: OuterKind,
-    /// The interfaces AF_XDP attaches to (empty: those of the default routes).
-    pub xdp_interfaces: Vec<String>,
-    /// Where the XDP program runs (None: natively where the driver can, else generic).
-    pub xdp_mode: Option<XdpMode>,
-    /// Where the metrics endpoint listens (None: no endpoint).
-    pub metrics: Option<std::net::SocketAddr>,
-}
-
-/// The settings by name, as `ordo up` files (`Model = inline`), the xplatform command line
-/// (`--model inline`) and the environment (`ORDO_MODEL=inline`) spell them.
-pub const SETTINGS: [(&str, &str, &str); 10] = [
-    ("model", "Model", "ORDO_MODEL"),
-    ("workers", "Workers", "ORDO_WORKERS"),
-    ("cores", "Cores", "ORDO_CORES"),
-    ("io-cores", "IoCores", "ORDO_IO_CORES"),
-    ("delivery-fifo", "DeliveryFifo", "ORDO_DELIVERY_FIFO"),
-    ("placement", "Placement", "ORDO_PLACEMENT"),
-    ("outer", "Outer", "ORDO_OUTER"),
-    ("xdp-interfaces", "XdpInterfaces", "ORDO_XDP_INTERFACES"),
-    ("xdp-mode", "XdpMode", "ORDO_XDP_MODE"),
-    ("metrics", "MetricsAddress", "ORDO_METRICS"),
-];
-
-impl PlaneConfig {
-    /// Sets one setting by its command-line name; the error says what is wrong with the value.
-    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
-        let value = value.trim();
-        match name {
-            "model" => self.model = value.parse()?,
-            "workers" => {
-                self.workers = value
-                    .parse()
-                    .ok()
-                    .filter(|w| *w <= 1024)
-                    .ok_or_else(|| format!("workers must be a number of threads from 0 to 1024, not {value:?}"))?
-            }
-            "cores" => self.cpus = Some(topology::parse_cpu_list(value)?),
-            "io-cores" => self.io_cpus = Some(topology::parse_cpu_list(value)?),
-            "delivery-fifo" => {
-                self.delivery_fifo = match value {
-                    "1" | "true" | "yes" | "on" => true,
-                    "0" | "false" | "no" | "off" => false,
-                    _ => return Err(format!("expected true or false, not {value:?}")),
-                }
-            }
-            "placement" => {
-                self.fixed_placement = match value {
-                    "load" => false,
-                    "fixed" => true,
-                    _ => return Err(format!("placement is load or fixed, not {value:?}")),
-                }
-            }
-            "outer" => self.outer = value.parse()?,
-            "xdp-interfaces" => {
-                let names: Vec<String> = value
-                    .split(|c: char| c == ',' || c.is_whitespace())
-                    .filter(|n| !n.is_empty())
-                    .map(str::to_string)
-                    .collect();
-                if let Some(bad) = names.iter().find(|n| n.len() > 15 || n.contains('/')) {
-                    return Err(format!("{bad:?} is not an interface name"));
-                }
-                self.xdp_interfaces = names;
-            }
-            "xdp-mode" => {
-                self.xdp_mode = match value.to_ascii_lowercase().as_str() {
-                    "auto" => None,
-                    _ => Some(value.parse()?),
-                }
-            }
-            "metrics" => self.metrics = parse_metrics_address(value)?,
-            _ => return Err(format!("unknown data-plane setting {name:?}")),
-        }
-        Ok(())
-    }
-
-    /// The settings from the environment, for the forms of the command that wg-quick fixes.
-    pub fn from_env() -> Result<PlaneConfig, String> {
-        let mut c = PlaneConfig::default();
-        for (name, _, env) in SETTINGS {
-            if let Ok(v) = std::env::var(env) {
-                if !v.is_empty() {
-                    c.set(name, &v).map_err(|e| format!("{env}: {e}"))?;
-                }
-            }
-        }
-        Ok(c)
-    }
-
-    /// The settings as command-line flags (to hand to the detached daemon).
-    pub fn to_args(&self) -> Vec<String> {
-        let mut a = vec!["--model".to_string(), self.model.name().to_string()];
-        a.extend(["--workers".to_string(), self.workers.to_string()]);
-        if let Some(c) = &self.cpus {
-            a.extend(["--cores".to_string(), format_cpu_list(c)]);
-        }
-        if let Some(c) = &self.io_cpus {
-            a.extend(["--io-cores".to_string(), format_cpu_list(c)]);
-        }
-        if self.delivery_fifo {
-            a.extend(["--delivery-fifo".to_string(), "true".to_string()]);
-        }
-        if self.fixed_placement {
-            a.extend(["--placement".to_string(), "fixed".to_string()]);
-        }
-        if self.outer != OuterKind::Udp {
-            a.extend(["--outer".to_string(), self.outer.name().to_string()]);
-        }
-        if !self.xdp_interfaces.is_empty() {
-            a.extend(["--xdp-interfaces".to_string(), self.xdp_interfaces.join(",")]);
-        }
-        if let Some(m) = self.xdp_mode {
-            a.extend(["--xdp-mode".to_string(), m.to_string()]);
-        }
-        if let Some(m) = self.metrics {
-            a.extend(["--metrics".to_string(), m.to_string()]);
-        }
-        a
-    }
-}
-
-/// The metrics endpoint's address: `ADDRESS:PORT`, or a port alone for the loopback
-/// address (`9586`: 127.0.0.1:9586); `off` or empty for none. Another address than the
-/// loopback's is taken as asked, since the endpoint tells whoever reaches it about the peers.
-fn parse_metrics_address(value: &str) -> Result<Option<std::net::SocketAddr>, String> {
-    use std::net::{Ipv4Addr, SocketAddr};
-    if value.is_empty() || value.eq_ignore_ascii_case("off") {
-        return Ok(None);
-    }
-    if let Ok(port) = value.parse::<u16>() {
-        return Ok(Some(SocketAddr::from((Ipv4Addr::LOCALHOST, port))));
-    }
-    value
-        .parse::<SocketAddr>()
-        .map(Some)
-        .map_err(|_| format!("a metrics address is ADDRESS:PORT (127.0.0.1:9586), a port, or off; not {value:?}"))
 }
 
 /// A crypto worker: the CPUs it may run on, and the NUMA node whose pool it serves.
@@ -236,7 +97,7 @@ pub struct WorkerPlace {
     pub cpus: Cpus,
 }
 
-/// Where every thread of the data plane runs, resolved from a [`PlaneConfig`].
+/// Where every thread of the data plane runs, resolved from a [`PlacementSettings`].
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub model: Model,
@@ -257,11 +118,11 @@ pub struct Plan {
 
 impl Plan {
     /// Resolves a configuration against the CPUs the process may use.
-    pub fn new(config: &PlaneConfig) -> Result<Plan, String> {
+    pub fn new(config: &PlacementSettings) -> Result<Plan, String> {
         Plan::resolve(config, &topology::allowed_cpus())
     }
 
-    pub fn resolve(config: &PlaneConfig, allowed: &[usize]) -> Result<Plan, String> {
+    pub fn resolve(config: &PlacementSettings, allowed: &[usize]) -> Result<Plan, String> {
         let topology = config.topology.clone().unwrap_or_else(Topology::detect);
         let cpus: Cpus = match &config.cpus {
             Some(c) => {
@@ -388,22 +249,8 @@ mod tests {
     }
 
     #[test]
-    fn the_metrics_address_is_loopback_unless_given() {
-        let mut c = PlaneConfig::default();
-        assert_eq!(c.metrics, None, "off by default");
-        c.set("metrics", "9586").unwrap();
-        assert_eq!(c.metrics, Some("127.0.0.1:9586".parse().unwrap()));
-        c.set("metrics", "[::]:9100").unwrap();
-        assert_eq!(c.metrics, Some("[::]:9100".parse().unwrap()));
-        assert_eq!(c.to_args()[c.to_args().len() - 1], "[::]:9100", "handed to the daemon");
-        c.set("metrics", "off").unwrap();
-        assert_eq!(c.metrics, None);
-        assert!(c.set("metrics", "localhost").unwrap_err().contains("ADDRESS:PORT"));
-    }
-
-    #[test]
     fn pool_workers_are_grouped_by_node() {
-        let config = PlaneConfig {
+        let config = PlacementSettings {
             model: Model::Pool,
             topology: Some(two_nodes()),
             ..Default::default()
@@ -421,7 +268,7 @@ mod tests {
 
     #[test]
     fn io_cores_keep_crypto_off() {
-        let config = PlaneConfig {
+        let config = PlacementSettings {
             model: Model::Auto,
             cpus: Some(vec![0, 1, 2, 3]),
             io_cpus: Some(vec![0]),
@@ -441,7 +288,7 @@ mod tests {
 
     #[test]
     fn inline_has_a_queue_per_cpu_and_no_pool() {
-        let config = PlaneConfig {
+        let config = PlacementSettings {
             model: Model::Inline,
             topology: Some(two_nodes()),
             ..Default::default()
@@ -455,71 +302,14 @@ mod tests {
     }
 
     #[test]
-    fn settings_parse_and_round_trip_as_flags() {
-        let mut c = PlaneConfig::default();
-        c.set("model", "auto").unwrap();
-        c.set("cores", "0-1").unwrap();
-        c.set("io-cores", "0").unwrap();
-        c.set("workers", "3").unwrap();
-        c.set("placement", "fixed").unwrap();
-        c.set("outer", "XDP").unwrap();
-        c.set("xdp-interfaces", "eth0, eth1").unwrap();
-        c.set("xdp-mode", "generic").unwrap();
-        assert!(c.set("xdp-mode", "offload").unwrap_err().contains("native or generic"));
-        assert!(c.set("outer", "dpdk").unwrap_err().contains("udp or xdp"));
-        assert!(c.set("xdp-interfaces", "../etc").is_err());
-        assert!(c.set("workers", "lots").unwrap_err().contains("\"lots\""));
-        assert!(c.set("placement", "random").unwrap_err().contains("load or fixed"));
-        assert!(c.set("speed", "1").is_err());
-        let args = c.to_args();
-        assert_eq!(
-            args,
-            [
-                "--model",
-                "auto",
-                "--workers",
-                "3",
-                "--cores",
-                "0-1",
-                "--io-cores",
-                "0",
-                "--placement",
-                "fixed",
-                "--outer",
-                "xdp",
-                "--xdp-interfaces",
-                "eth0,eth1",
-                "--xdp-mode",
-                "generic"
-            ]
-        );
-        let mut back = PlaneConfig::default();
-        for pair in args.chunks(2) {
-            back.set(&pair[0][2..], &pair[1]).unwrap();
-        }
-        assert_eq!(
-            (back.model, back.workers, back.cpus, back.io_cpus, back.fixed_placement),
-            (Model::Auto, 3, Some(vec![0, 1]), Some(vec![0]), true)
-        );
-        assert_eq!(
-            (back.outer, back.xdp_interfaces, back.xdp_mode),
-            (
-                OuterKind::Xdp,
-                vec!["eth0".into(), "eth1".into()],
-                Some(XdpMode::Generic)
-            )
-        );
-    }
-
-    #[test]
     fn bad_cpus_are_named() {
-        let config = PlaneConfig {
+        let config = PlacementSettings {
             cpus: Some(vec![0, 7]),
             ..Default::default()
         };
         let e = Plan::resolve(&config, &[0, 1]).unwrap_err();
         assert!(e.contains("CPU 7 not available"), "{e}");
-        let config = PlaneConfig {
+        let config = PlacementSettings {
             cpus: Some(vec![0]),
             io_cpus: Some(vec![1]),
             ..Default::default()

@@ -5,7 +5,7 @@
 //! ends, the interface ends, and `ordo run` exits with CMD's status.
 //!
 //! `ordo run --attach NAME -- CMD ARGS` runs CMD attached to a running stack interface
-//! instead ([`crate::shared_stack`]), which outlives it.
+//! instead ([`crate::interface::shared`]), which outlives it.
 
 mod connect;
 mod destination;
@@ -15,7 +15,7 @@ mod stand_ins;
 mod supervise;
 
 use crate::config;
-use crate::stack_interface;
+use crate::interface::stack as stack_interface;
 use crate::uapi;
 use anyhow::{bail, Context, Result};
 use ipnet::IpNet;
@@ -74,7 +74,7 @@ pub fn run_attached(name: &str, command: &[OsString]) -> Result<i32> {
     if let Some((owner, name)) = name.split_once(':') {
         // Another user's interface, which lets this one attach (`AttachUsers =`): its
         // networks as they were when it came up (its UAPI socket is its user's alone).
-        let shared = crate::shared_stack::guest_attach_info(owner, name)?;
+        let shared = crate::interface::shared::guest_attach_info(owner, name)?;
         let program = Program {
             preload,
             socket: shared.socket,
@@ -84,7 +84,7 @@ pub fn run_attached(name: &str, command: &[OsString]) -> Result<i32> {
         };
         return program.run(command);
     }
-    let shared = crate::shared_stack::attach_info(name)?;
+    let shared = crate::interface::shared::attach_info(name)?;
     let pairs = uapi::client::request(name, "get=1\n\n").with_context(|| format!("reading {name}'s peers"))?;
     let allowed = pairs
         .iter()

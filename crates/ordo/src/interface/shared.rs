@@ -111,7 +111,7 @@ pub fn serve(cfg: &WgQuickConfig, source: &Path, ifname: &str, privileges: &Priv
         daemon::privileges::drop_privileges(user, false)
             .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
     }
-    let stack = crate::stack_interface::start(cfg, source, ifname, attach_listener, Attachers { owner, guests })?;
+    let stack = crate::interface::stack::start(cfg, source, ifname, attach_listener, Attachers { owner, guests })?;
     *stack.device.uapi_path.lock().unwrap_or_else(|p| p.into_inner()) = Some(uapi_path);
     let d = stack.device.clone();
     std::thread::Builder::new()

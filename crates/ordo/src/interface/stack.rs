@@ -1,13 +1,13 @@
 //! A stack interface in this process: an interface whose inner side is Ordo's own TCP/IP
 //! stack (`Inner = stack`), configured from a wg-quick file, with the attach service that
 //! programs reach it through. `ordo run` makes a private one ([`crate::run`]), `ordo up` a
-//! shared one ([`crate::shared_stack`]).
+//! shared one ([`crate::interface::shared`]).
 
 use crate::config::{self, wgquick::WgQuickConfig};
 use crate::device::Device;
 use crate::inner::stack::service::Service;
 use crate::inner::stack::{Attachers, StackSettings};
-use crate::placement::model::PlaneConfig;
+use crate::interface::settings::InterfaceSettings;
 use crate::uapi;
 use anyhow::{bail, Context, Result};
 use ipnet::IpNet;
@@ -39,7 +39,7 @@ pub fn start(
             source.display()
         );
     }
-    let mut plane = PlaneConfig::from_env().map_err(anyhow::Error::msg)?;
+    let mut plane = InterfaceSettings::from_env().map_err(anyhow::Error::msg)?;
     for (name, value) in &cfg.interface.plane {
         plane.set(name, value).map_err(anyhow::Error::msg)?;
     }
