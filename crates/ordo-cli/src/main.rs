@@ -221,9 +221,9 @@ fn xplatform(args: &[String]) -> Option<Result<()>> {
     let privileges = Privileges::from_flags(keep, user);
     Some(config.and_then(|config| {
         if foreground {
-            daemon::run(&name, &privileges, &config)
+            ordo::interface::run_tun(&name, &privileges, &config)
         } else {
-            daemon::spawn_detached(&name, &privileges, &config)
+            daemon::spawn_detached(&name, &privileges, &config.to_args())
         }
     }))
 }

@@ -103,7 +103,7 @@ pub fn up(arg: &str, privileges: &Privileges, inner: Option<InnerKind>, foregrou
     for (name, value) in &cfg.interface.plane {
         plane.set(name, value).map_err(anyhow::Error::msg)?;
     }
-    daemon::spawn_detached(&ifname, privileges, &plane)?;
+    daemon::spawn_detached(&ifname, privileges, &plane.to_args())?;
     let result = configure(&cfg, &ifname);
     if result.is_err() {
         // Leave nothing half-configured behind.

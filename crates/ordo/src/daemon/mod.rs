@@ -1,16 +1,15 @@
-//! Running as the xplatform interface demands: `ordo IFNAME` creates the interface, detaches
-//! into the background and returns only once the UAPI socket answers; `ordo -f IFNAME` stays
-//! in the foreground. Privileges are dropped once the interface and sockets exist
-//! ([`privileges`]); the UAPI socket is then removed by a [`janitor`] when the daemon ends.
+//! Running as a daemon, as the xplatform interface demands: `ordo IFNAME` starts the
+//! interface detached in the background and returns only once the UAPI socket answers
+//! ([`spawn_detached`], [`report_ready`]); the detached log, the panic hook, the descriptor
+//! limit; the privileges given up after setup ([`privileges`]) and the process that removes
+//! the UAPI socket when the daemon ends ([`janitor`]). The order in which an interface uses
+//! them is `interface::lifecycle`'s.
 
 pub mod janitor;
 pub mod privileges;
 
-use crate::device::Device;
-use crate::interface::settings::InterfaceSettings;
-use crate::uapi;
 use anyhow::{bail, Context, Result};
-use privileges::{not_dumpable, Privileges};
+use privileges::Privileges;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -20,18 +19,13 @@ use std::process::{Command, Stdio};
 const READY_ENV: &str = "ORDO_REPORT_READY";
 /// Where the detached daemon writes its log (default: nowhere).
 pub const LOG_ENV: &str = "ORDO_LOG";
-/// Test hook: behave as under load from the start, so the cookie exchange can be tested
-/// without generating a real handshake flood.
-const UNDER_LOAD_ENV: &str = "ORDO_TEST_UNDER_LOAD";
-/// Test hook: renew the sessions Ordo initiated after this many seconds instead of
-/// REKEY_AFTER_TIME's 120, so that a test sees a rekey with a real peer in seconds.
-const REKEY_AFTER_ENV: &str = "ORDO_TEST_REKEY_AFTER";
 
 /// Starts the daemon for `ifname` in the background and waits until it is ready.
-pub fn spawn_detached(ifname: &str, privileges: &Privileges, config: &InterfaceSettings) -> Result<()> {
+/// `settings`: the interface's settings as flags (`InterfaceSettings::to_args`).
+pub fn spawn_detached(ifname: &str, privileges: &Privileges, settings: &[String]) -> Result<()> {
     let mut args: Vec<std::ffi::OsString> = vec!["--foreground".into()];
     args.extend(privileges.to_args().into_iter().map(Into::into));
-    args.extend(config.to_args().into_iter().map(Into::into));
+    args.extend(settings.iter().map(Into::into));
     args.push(ifname.into());
     detach(&args, ifname)
 }
@@ -146,85 +140,6 @@ pub fn raise_descriptor_limit() -> io::Result<u64> {
     Ok(limit.rlim_cur)
 }
 
-/// Runs the interface until it is deleted, its socket removed, or a signal arrives.
-pub fn run(ifname: &str, privileges: &Privileges, config: &InterfaceSettings) -> Result<()> {
-    crate::logging::init(ifname, log::LevelFilter::Info);
-    if let Err(e) = raise_descriptor_limit() {
-        log::warn!("cannot raise the limit on open descriptors: {e}");
-    }
-    let log = open_detached_log()?;
-    let device = Device::create(ifname, config).with_context(|| format!("cannot create interface {ifname}"))?;
-    if std::env::var_os(UNDER_LOAD_ENV).is_some() {
-        log::warn!("{UNDER_LOAD_ENV} is set: every handshake without a valid mac2 gets a cookie reply");
-        device.core().force_under_load = true;
-    }
-    if let Some(secs) = std::env::var(REKEY_AFTER_ENV).ok().and_then(|v| v.parse::<u64>().ok()) {
-        log::warn!("{REKEY_AFTER_ENV} is set: sessions Ordo initiated are renewed after {secs} s");
-        device.core().rekey_after_time = std::time::Duration::from_secs(secs);
-    }
-    let (listener, path) =
-        uapi::listen(ifname).with_context(|| format!("cannot create the UAPI socket for {ifname}"))?;
-    *device.uapi_path.lock().unwrap() = Some(path.clone());
-    let identity = janitor::FileIdentity::of(&path).ok();
-    exit_on_panic(Some(path.clone()));
-    // Bound now, as the UAPI socket is: after the privileges go, a port below 1024 could not be.
-    let metrics = config.metrics.map(crate::metrics::server::Endpoint::bind).transpose()?;
-    not_dumpable()?;
-    // Held until the daemon ends: its closing tells the janitor to remove the socket.
-    let mut _janitor = None;
-    if let Privileges::Drop { user } = privileges {
-        let stderr = match &log {
-            Some(f) => f.try_clone()?.into(),
-            None => Stdio::inherit(),
-        };
-        match janitor::spawn(&path, stderr) {
-            Ok(pipe) => _janitor = Some(pipe),
-            Err(e) => log::warn!("{e:#}: the UAPI socket may outlive the daemon"),
-        }
-        privileges::ensure_alone()?;
-        privileges::drop_privileges(user, config.placement.delivery_fifo)
-            .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
-    }
-    device.start().context("cannot start the data plane")?;
-    let d = device.clone();
-    std::thread::Builder::new()
-        .name("ordo-uapi-listen".into())
-        .spawn(move || uapi::serve(d, listener))?;
-    let metrics_address = metrics.as_ref().map(|m| m.address());
-    if let Some(m) = metrics {
-        m.serve(device.clone())?;
-    }
-    let d = device.clone();
-    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
-    std::thread::Builder::new().name("ordo-signals".into()).spawn(move || {
-        if let Some(s) = signals.forever().next() {
-            d.shutdown(&format!("signal {s}"));
-        }
-    })?;
-    report_ready(log)?;
-    log::info!(
-        "up, listening on UDP port {}, model {}, {} queue(s), {} crypto worker(s), outer path {}",
-        device.listen_port(),
-        device.model(),
-        device.plane.plan.queues.len(),
-        device.workers(),
-        device.outer_path()
-    );
-    if let Some(a) = metrics_address {
-        log::info!("metrics at http://{a}/metrics");
-    }
-    if let Some(note) = &device.outer_note {
-        log::warn!("{note}");
-    }
-    device.wait();
-    // Fails once privileges are dropped: the janitor removes it as this process ends. Not
-    // if it is another daemon's by now (ours was removed and the interface started again).
-    if let Some(identity) = identity {
-        let _ = janitor::remove_if_same(&path, identity);
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,7 +154,7 @@ mod tests {
         open_log(&log).unwrap();
         assert_eq!(std::fs::metadata(&log).unwrap().permissions().mode() & 0o777, 0o600);
         let _ = std::fs::remove_dir_all(&dir);
-        not_dumpable().unwrap();
+        privileges::not_dumpable().unwrap();
         // SAFETY: PR_GET_DUMPABLE only reads the flag.
         assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) }, 0);
     }

@@ -10,8 +10,9 @@
 //! `NAME.stack`, what `ordo run --attach` needs that UAPI does not say (the interface's
 //! addresses, its `DNS =`). `ordo down NAME` removes the UAPI socket, which ends the daemon.
 
+use super::lifecycle::{AttachPoint, Bringup, Inner, StackInner};
 use crate::config::wgquick::WgQuickConfig;
-use crate::daemon::{self, janitor, privileges::Privileges};
+use crate::daemon::{self, privileges::Privileges};
 use crate::inner::stack::{Attachers, Guests};
 use crate::uapi;
 use anyhow::{bail, Context, Result};
@@ -53,16 +54,39 @@ pub fn up(config: &Path, ifname: &str, privileges: &Privileges) -> Result<()> {
 /// signal, or a fault ends it.
 pub fn serve(cfg: &WgQuickConfig, source: &Path, ifname: &str, privileges: &Privileges) -> Result<()> {
     let guests = resolve_guests(cfg, source)?;
-    // The interface is its starter's, whoever the daemon becomes below.
+    // The interface is its starter's, whoever the daemon becomes.
     // SAFETY: getuid cannot fail.
     let owner = unsafe { libc::getuid() };
-    crate::logging::init(ifname, log::LevelFilter::Info);
-    let log = daemon::open_detached_log()?;
-    let dir = uapi::ensure_socket_dir().context("the sockets' directory")?;
-    let (uapi_listener, uapi_path) =
-        uapi::listen(ifname).with_context(|| format!("cannot create the UAPI socket for {ifname}"))?;
-    // With guests, the attach socket and its information are where they can reach them
-    // (the user's own directory keeps everyone else out), linked from the user's directory.
+    let (settings, stack) = super::stack::settings(
+        cfg,
+        source,
+        Attachers {
+            owner,
+            guests: guests.clone(),
+        },
+    )?;
+    let attach = move || make_attach_point(cfg, ifname, &guests);
+    let up = Bringup {
+        name: ifname,
+        settings,
+        privileges: privileges.clone(),
+        inner: Inner::Stack(StackInner {
+            file: cfg,
+            source,
+            settings: stack,
+            attach: Box::new(attach),
+        }),
+        daemon: true,
+    }
+    .start()?;
+    up.wait();
+    Ok(())
+}
+
+/// The attach socket and its information, in the user's socket directory; with guests, where
+/// they can reach them (the user's own directory keeps everyone else out), linked from the
+/// user's directory.
+fn make_attach_point(cfg: &WgQuickConfig, ifname: &str, guests: &Guests) -> Result<AttachPoint> {
     let (attach, info) = if guests.is_empty() {
         (attach_path(ifname), info_path(ifname))
     } else {
@@ -72,69 +96,35 @@ pub fn serve(cfg: &WgQuickConfig, source: &Path, ifname: &str, privileges: &Priv
             shared.join(format!("{ifname}.stack")),
         )
     };
-    let mut files = Cleanup(vec![uapi_path.clone(), attach.clone(), info.clone()]);
+    let mut files = vec![attach.clone(), info.clone()];
     let _ = std::fs::remove_file(&attach);
     let mode = if guests.is_empty() { 0o600 } else { 0o666 };
-    let attach_listener = bind_with_mode(&attach, mode).with_context(|| format!("binding {}", attach.display()))?;
-    let allowed: Vec<IpNet> = cfg.peers.iter().flat_map(|p| p.allowed_ips.iter().copied()).collect();
-    write_info(
-        &info,
-        &cfg.interface.addresses,
-        cfg.interface.dns.as_ref().map(|(_, d)| d),
-        &allowed,
-        if guests.is_empty() { 0o600 } else { 0o644 },
-    )?;
-    if !guests.is_empty() {
-        for (link, target) in [(attach_path(ifname), &attach), (info_path(ifname), &info)] {
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(target, &link).with_context(|| format!("linking {}", link.display()))?;
-            files.0.push(link);
+    let listener = bind_with_mode(&attach, mode).with_context(|| format!("binding {}", attach.display()))?;
+    let made = (|| {
+        let allowed: Vec<IpNet> = cfg.peers.iter().flat_map(|p| p.allowed_ips.iter().copied()).collect();
+        write_info(
+            &info,
+            &cfg.interface.addresses,
+            cfg.interface.dns.as_ref().map(|(_, d)| d),
+            &allowed,
+            if guests.is_empty() { 0o600 } else { 0o644 },
+        )?;
+        if !guests.is_empty() {
+            for (link, target) in [(attach_path(ifname), &attach), (info_path(ifname), &info)] {
+                let _ = std::fs::remove_file(&link);
+                files.push(link.clone());
+                std::os::unix::fs::symlink(target, &link).with_context(|| format!("linking {}", link.display()))?;
+            }
+        }
+        Ok(())
+    })();
+    match made {
+        Ok(()) => Ok(AttachPoint { listener, files }),
+        Err(e) => {
+            files.iter().for_each(|f| drop(std::fs::remove_file(f)));
+            Err(e)
         }
     }
-    daemon::exit_on_panic(Some(uapi_path.clone()));
-    if let Err(e) = daemon::raise_descriptor_limit() {
-        log::warn!("cannot raise the limit on open descriptors: {e}");
-    }
-    daemon::privileges::not_dumpable()?;
-    // Started as root, it needs root no more: a stack interface needs no capability, and
-    // its user may not remove root's files, which a janitor each removes when it ends.
-    let mut _janitors = Vec::new();
-    if let (Privileges::Drop { user }, true) = (privileges, owner == 0) {
-        for f in &files.0 {
-            let stderr = match &log {
-                Some(l) => l.try_clone()?.into(),
-                None => std::process::Stdio::inherit(),
-            };
-            _janitors.push(janitor::spawn(f, stderr)?);
-        }
-        daemon::privileges::ensure_alone()?;
-        daemon::privileges::drop_privileges(user, false)
-            .context("cannot drop privileges (use --keep-privileges to run without dropping)")?;
-    }
-    let stack = crate::interface::stack::start(cfg, source, ifname, attach_listener, Attachers { owner, guests })?;
-    *stack.device.uapi_path.lock().unwrap_or_else(|p| p.into_inner()) = Some(uapi_path);
-    let d = stack.device.clone();
-    std::thread::Builder::new()
-        .name("ordo-uapi-listen".into())
-        .spawn(move || uapi::serve(d, uapi_listener))?;
-    let d = stack.device.clone();
-    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
-    std::thread::Builder::new().name("ordo-signals".into()).spawn(move || {
-        if let Some(s) = signals.forever().next() {
-            d.shutdown(&format!("signal {s}"));
-        }
-    })?;
-    daemon::report_ready(log)?;
-    log::info!(
-        "up, inner side Ordo's stack (attach: ordo run --attach {ifname}), sockets in {}, \
-         listening on UDP port {}",
-        dir.display(),
-        stack.device.listen_port()
-    );
-    stack.device.wait();
-    drop(stack.service);
-    drop(files);
-    Ok(())
 }
 
 /// Ends the interface: its UAPI socket removed, the daemon notices and ends (within its
@@ -327,17 +317,6 @@ fn bind_with_mode(path: &Path, mode: u32) -> std::io::Result<UnixListener> {
     // SAFETY: as above, restoring it.
     unsafe { libc::umask(old) };
     bound
-}
-
-/// Files removed when dropped.
-struct Cleanup(Vec<PathBuf>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = std::fs::remove_file(p);
-        }
-    }
 }
 
 #[cfg(test)]

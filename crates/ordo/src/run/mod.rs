@@ -15,6 +15,9 @@ mod stand_ins;
 mod supervise;
 
 use crate::config;
+use crate::daemon::privileges::Privileges;
+use crate::inner::stack::Attachers;
+use crate::interface::lifecycle::{AttachPoint, Bringup, Inner, StackInner};
 use crate::interface::stack as stack_interface;
 use crate::uapi;
 use anyhow::{bail, Context, Result};
@@ -34,13 +37,9 @@ const PRELOAD_NAME: &str = "libordo_preload.so";
 /// Runs `command` attached to a private stack interface made from the wg-quick file at
 /// `config`; returns the exit code to leave with (the command's, or 128 + its signal).
 pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
-    // A panic in the stack's or the supervisor's thread ends `ordo run` (and so the program,
-    // see Program::run), never leaving a program whose tunnel or supervisor is gone.
-    crate::daemon::exit_on_panic(None);
     // The stack holds descriptors per connection; the program gets the limit as it was
     // (programs that use select(2) count on a soft limit of 1024).
     let child_limit = descriptor_limit();
-    let _ = crate::daemon::raise_descriptor_limit();
     if command.is_empty() {
         bail!("ordo run: no command given");
     }
@@ -48,20 +47,46 @@ pub fn run(config: &Path, command: &[OsString]) -> Result<i32> {
     let cfg = config::load(config)?;
     let dir = private_dir()?;
     let socket = dir.path.join("attach.sock");
-    let listener = UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
     let name = format!("run{}", std::process::id());
-    let stack = stack_interface::start(&cfg, config, &name, listener, crate::inner::stack::Attachers::own())?;
+    let (settings, stack) = stack_interface::settings(&cfg, config, Attachers::own())?;
+    let attach = || {
+        let listener = UnixListener::bind(&socket).with_context(|| format!("binding {}", socket.display()))?;
+        // The private directory goes with the interface, and the socket with it.
+        Ok(AttachPoint {
+            listener,
+            files: Vec::new(),
+        })
+    };
+    // A panic in the stack's or the supervisor's thread ends `ordo run` (and so the program,
+    // see Program::run), never leaving a program whose tunnel or supervisor is gone: the
+    // lifecycle makes every panic end the process.
+    let up = Bringup {
+        name: &name,
+        settings,
+        privileges: Privileges::Keep,
+        inner: Inner::Stack(StackInner {
+            file: &cfg,
+            source: config,
+            settings: stack,
+            attach: Box::new(attach),
+        }),
+        daemon: false,
+    }
+    .start()?;
+    let peers_ips = cfg.peers.iter().flat_map(|p| p.allowed_ips.iter().copied());
     let program = Program {
         preload,
-        socket,
-        routes: stack.routes.clone(),
-        dns: cfg.interface.dns.map(|(_, d)| d),
+        socket: socket.clone(),
+        routes: stack_interface::routes(&cfg.interface.addresses, peers_ips),
+        dns: cfg.interface.dns.clone().map(|(_, d)| d),
         child_limit,
     };
     let status = program.run(command)?;
     // What the program wrote before it ended is still on its way: deliver it first.
-    stack.service.linger();
-    stack.device.shutdown("the program ended");
+    if let Some(service) = up.service {
+        service.linger();
+    }
+    up.device.shutdown("the program ended");
     Ok(status)
 }
 
