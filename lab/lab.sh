@@ -66,12 +66,10 @@ point() {
     ip netns exec "$NS_A" "$ORDO" loadgen run --clients "$n" --server "$OUT_B:$PORT_B" \
         --sink-netns "$NS_B" --server-pid "$SERVER_PID" --bind "$BIND" --handshake-timeout 90 \
         --json "$@" >"$report"
-    # Ordo's own counters, per stage (the per-thread ones, one per peer in the threaded
-    # model, are left out).
+    # Ordo's own counters: the interface's and each stage's (not each thread's).
     if [[ $impl == ordo* ]]; then
         "$ORDO" show "$IF_B" --json | python3 -c 'import json,sys
-c = json.load(sys.stdin)[0]["counters"]
-print(json.dumps({k: v for k, v in c.items() if not k.startswith("thread_")}))' >"$counters"
+print(json.dumps(json.load(sys.stdin)[0]["counters"]))' >"$counters"
     else
         echo null >"$counters"
     fi

@@ -44,10 +44,10 @@ import json, os, sys
 s = json.load(sys.stdin)[0]
 c, p = s["counters"], s["peers"][0]["placement"]
 q = []
-for k in range(c.get("queues", 0)):
-    pre = next((n[: -len("other_millicores")] for n in c if n.startswith("queue%d_cpu" % k) and n.endswith("other_millicores")), None)
-    if pre:
-        q.append("q%d %.2f %.2f %.2f" % (k, c[pre + "other_millicores"] / 1000, c[pre + "idle_permille"] / 1000, c[pre + "thread_wait_permille"] / 1000))
+for x in s["queues"]:
+    seen = x["last_interval"]
+    if seen:
+        q.append("q%d %.2f %.2f %.2f" % (x["queue"], seen["other_millicores"] / 1000, seen["idle_permille"] / 1000, seen["thread_wait_permille"] / 1000))
 print("%6s %3s %5d %5.2f %10d | %s" % (os.environ["T"], os.environ["END"], p["queue"], p["millicores"] / 1000, c["handshakes_completed"], "  ".join(q)))'
     done
 done

@@ -583,10 +583,10 @@ p = s["peers"][0]["placement"]
 want = (int(os.environ["FIRST"]) + 1) % 2
 assert s["model"] == "inline" and p["regime"] == "inline" and p["queue"] == want, (s["model"], p, want)
 got = {}
-for k, v in s["counters"].items():
-    if k.startswith("thread_queue") and k.endswith("_receive_packets"):
-        q = int(k[len("thread_queue"):].split("_")[0])
-        got[q] = got.get(q, 0) + v
+for t in s["thread_totals"]:
+    if t["name"].startswith("queue"):
+        q = int(t["name"][len("queue"):])
+        got[q] = got.get(q, 0) + sum(st["packets"] for st in t["stages"] if st["stage"] == "receive")
 own = got.get(p["queue"], 0)
 other = sum(v for q, v in got.items() if q != p["queue"])
 print("    queue", p["queue"], "received", own, "datagrams, the other queue", other)
@@ -603,8 +603,8 @@ t_busy_core() {
     ORDO_MODEL=inline ORDO_CORES=0-1 tunnel ordo "$1"
     ping_ok "$NS_A" "$IN_B" || fail "ping"
     placed() { ordo_show | python3 -c 'import json,sys; p=json.load(sys.stdin)[0]["peers"][0]["placement"]; print(p["queue"], p["cpu"])'; }
-    # Datagrams received by queue Q's thread (counters thread_queueQ_TID_receive_packets).
-    received() { ordo_show | Q=$1 python3 -c 'import json,os,sys; c=json.load(sys.stdin)[0]["counters"]; q="thread_queue%s_" % os.environ["Q"]; print(sum(v for k, v in c.items() if k.startswith(q) and k.endswith("_receive_packets")))'; }
+    # Datagrams received by queue Q's thread (its receive stage's packets).
+    received() { ordo_show | Q=$1 python3 -c 'import json,os,sys; ts=json.load(sys.stdin)[0]["thread_totals"]; print(sum(st["packets"] for t in ts if t["name"] == "queue" + os.environ["Q"] for st in t["stages"] if st["stage"] == "receive"))'; }
     local queue cpu now=""
     read -r queue cpu < <(placed)
     # In A's namespace, so that teardown ends it whatever happens.
@@ -653,12 +653,10 @@ t_starved_queues() {
     # thread's CPUs as the kernel has them.
     queues() { ordo_show | python3 -c '
 import json, sys
-c = json.load(sys.stdin)[0]["counters"]
-for q in range(c["queues"]):
-    k = next(k for k in c if k.startswith("queue%d_cpu" % q))
-    pre = k[: k.index("_", len("queue%d_" % q)) + 1]
-    tid = next(k.split("_")[2] for k in c if k.startswith("thread_queue%d_" % q))
-    print(q, pre[len("queue%d_cpu" % q):-1], c[pre + "released"], c[pre + "releases"], tid)'; }
+s = json.load(sys.stdin)[0]
+tids = {t["name"]: t["tid"] for t in s["thread_totals"]}
+for q in s["queues"]:
+    print(q["queue"], q["cpu"], int(q["released"]), q["releases"], tids["queue%d" % q["queue"]])'; }
     allowed() { awk '/^Cpus_allowed_list/ {print $2}' "/proc/$pid/task/$1/status"; }
     local q cpu rel n tid
     while read -r q cpu rel n tid; do
@@ -1412,7 +1410,7 @@ t_logs() {
 
 # warnings IFNAME: the detectors' findings over the last second, one a line.
 warnings() {
-    "$ORDO" show "$1" --json | python3 -c 'import json,sys; print("\n".join(json.load(sys.stdin)[0]["warnings"]))'
+    "$ORDO" show "$1" --json | python3 -c 'import json,sys; print("\n".join([w["detector"] + ": " + w["text"] for w in json.load(sys.stdin)[0]["warnings"]]))'
 }
 
 # watch IFNAME SECONDS: every detector finding of each second for SECONDS seconds.

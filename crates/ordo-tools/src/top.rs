@@ -4,7 +4,8 @@
 //! detectors' warnings. `q`, Esc or Ctrl-C leaves.
 
 use anyhow::{Context, Result};
-use ordo::show::{self, InterfaceShow};
+use ordo::device::report::InterfaceReport;
+use ordo::show;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style};
@@ -25,7 +26,7 @@ struct Seen {
 
 /// One reading and the rates since the one before.
 struct Reading {
-    show: InterfaceShow,
+    show: InterfaceReport,
     /// Per peer key: received and sent bytes per second.
     rates: HashMap<String, (f64, f64)>,
 }
@@ -109,7 +110,7 @@ fn cores(milli: u64) -> String {
 }
 
 /// The rows of the CPU table: the OS's time by kind, and Ordo's threads there by each clock.
-fn cpu_rows(s: &InterfaceShow) -> Vec<[String; 8]> {
+fn cpu_rows(s: &InterfaceReport) -> Vec<[String; 8]> {
     (s.cpus.iter())
         .map(|c| {
             [
@@ -127,7 +128,7 @@ fn cpu_rows(s: &InterfaceShow) -> Vec<[String; 8]> {
 }
 
 /// The rows of the stage table.
-fn stage_rows(s: &InterfaceShow) -> Vec<[String; 5]> {
+fn stage_rows(s: &InterfaceReport) -> Vec<[String; 5]> {
     (s.stages.iter())
         .map(|st| {
             let per_wakeup = if st.wakeups > 0 {
@@ -186,7 +187,7 @@ fn draw(f: &mut Frame, reading: &Reading) {
     let warnings: Vec<Line> = if s.warnings.is_empty() {
         vec![Line::from("none")]
     } else {
-        s.warnings.iter().map(|w| Line::from(w.clone())).collect()
+        s.warnings.iter().map(|w| Line::from(w.to_string())).collect()
     };
     let [head, cpus, stages, peers, warn] = Layout::vertical([
         Constraint::Length(1),
@@ -246,11 +247,11 @@ fn draw(f: &mut Frame, reading: &Reading) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ordo::show::{CpuShow, PeerShow, Placement, StageShow};
+    use ordo::device::report::{CpuShow, PeerReport, PlacementReport, StageShow};
 
     #[test]
     fn rows_read_as_a_person_would() {
-        let mut s = InterfaceShow::default();
+        let mut s = InterfaceReport::default();
         s.cpus.push(CpuShow {
             cpu: 1,
             tasks: 600,
@@ -268,9 +269,9 @@ mod tests {
             wasted: 400,
             ..Default::default()
         });
-        s.peers.push(PeerShow {
+        s.peers.push(PeerReport {
             public_key: "YG/FrhWGfpTLB2rTWWE/IdWpE+l4UKv4tMd+pMnpXhM=".into(),
-            placement: Some(Placement {
+            placement: Some(PlacementReport {
                 queue: 1,
                 cpu: "1".into(),
                 regime: "inline".into(),

@@ -10,8 +10,8 @@
 pub mod host;
 pub mod nic;
 
+use ordo::device::report::InterfaceReport;
 use ordo::host::topology::Topology;
-use ordo::show::InterfaceShow;
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -141,7 +141,7 @@ impl Files {
 #[derive(Default)]
 pub struct Context {
     /// The Ordo interface, as `ordo show` reads it.
-    pub interface: Option<InterfaceShow>,
+    pub interface: Option<InterfaceReport>,
     /// Its tunnel MTU (/sys/class/net/IFNAME/mtu).
     pub tunnel_mtu: Option<u32>,
     /// The outer interfaces to check.

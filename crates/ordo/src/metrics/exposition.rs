@@ -2,13 +2,10 @@
 //! device reports (nothing is kept between scrapes), in the Prometheus text format, which
 //! Prometheus and `promtool check metrics` read alike.
 
-use crate::device::report::DeviceReport;
+use crate::device::report::InterfaceReport;
 use crate::device::Device;
-use crate::port::CounterKind;
-use ordo_proto::DropReason;
 use prometheus::proto::{self, LabelPair, MetricFamily, MetricType};
 use prometheus::TextEncoder;
-use std::time::UNIX_EPOCH;
 
 /// What the endpoint answers with.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -69,12 +66,16 @@ impl Family {
 
 /// The scrape's body.
 pub fn render(device: &Device) -> String {
+    render_report(&device.report())
+}
+
+/// The families of one interface's report.
+pub fn render_report(report: &InterfaceReport) -> String {
     let mut families = Vec::new();
-    let report = device.report();
-    peers(&mut families, device, &report);
-    plane(&mut families, device, &report);
-    threads(&mut families, device);
-    health(&mut families, device);
+    peers(&mut families, report);
+    plane(&mut families, report);
+    threads(&mut families, report);
+    health(&mut families, report);
     let families: Vec<MetricFamily> = (families.into_iter())
         .filter(|f| !f.0.get_metric().is_empty())
         .map(|f| f.0)
@@ -88,10 +89,11 @@ pub fn render(device: &Device) -> String {
 
 /// The device and its peers, as the WireGuard exporter names them (the device's name only on
 /// the info families, as there), with where Ordo runs each peer.
-fn peers(out: &mut Vec<Family>, device: &Device, report: &DeviceReport) {
-    let public_key = report.public_key.map(|k| k.to_base64()).unwrap_or_default();
+fn peers(out: &mut Vec<Family>, report: &InterfaceReport) {
+    let device = report.name.as_str();
+    let public_key = report.public_key.clone().unwrap_or_default();
     let mut device_info = Family::gauge("wireguard_device_info", "Metadata about a device.");
-    device_info.add(&[("device", &device.name), ("public_key", &public_key)], 1.0);
+    device_info.add(&[("device", device), ("public_key", &public_key)], 1.0);
     out.push(device_info);
     let mut info = Family::gauge(
         "wireguard_peer_info",
@@ -122,14 +124,12 @@ fn peers(out: &mut Vec<Family>, device: &Device, report: &DeviceReport) {
         "Cores a peer's crypto took over the last placement interval.",
     );
     for p in &report.peers {
-        let key = p.public_key.to_base64();
-        let key = key.as_str();
-        let endpoint = p.endpoint.map(|e| e.to_string()).unwrap_or_default();
-        let allowed: Vec<String> = p.allowed_ips.iter().map(|n| n.to_string()).collect();
+        let key = p.public_key.as_str();
+        let endpoint = p.endpoint.clone().unwrap_or_default();
         info.add(
             &[
-                ("allowed_ips", &allowed.join(",")),
-                ("device", &device.name),
+                ("allowed_ips", &p.allowed_ips.join(",")),
+                ("device", device),
                 ("endpoint", &endpoint),
                 ("public_key", key),
             ],
@@ -137,48 +137,41 @@ fn peers(out: &mut Vec<Family>, device: &Device, report: &DeviceReport) {
         );
         received.add(&[("public_key", key)], p.rx_bytes as f64);
         sent.add(&[("public_key", key)], p.tx_bytes as f64);
-        let at = p.last_handshake.and_then(|t| t.duration_since(UNIX_EPOCH).ok());
-        handshake.add(&[("public_key", key)], at.map_or(0.0, |d| d.as_secs() as f64));
-        let pl = &p.placement;
+        handshake.add(&[("public_key", key)], p.latest_handshake as f64);
+        let Some(pl) = &p.placement else { continue };
         place.add(
             &[
-                ("cpus", &crate::host::topology::format_cpu_list(&pl.cpus)),
+                ("cpus", &pl.cpu),
                 ("node", &pl.node.to_string()),
                 ("public_key", key),
                 ("queue", &pl.queue.to_string()),
-                ("regime", pl.regime.name()),
+                ("regime", &pl.regime),
             ],
             1.0,
         );
-        pps.add(&[("public_key", key)], pl.pps);
-        cores.add(&[("public_key", key)], pl.cores);
+        pps.add(&[("public_key", key)], pl.pps as f64);
+        cores.add(&[("public_key", key)], pl.millicores as f64 / 1000.0);
     }
     out.extend([info, received, sent, handshake, place, pps, cores]);
 }
 
 /// The interface as a whole: its paths and offloads, drops by reason (Ordo's and the
 /// kernel's), handshakes, placement.
-fn plane(out: &mut Vec<Family>, device: &Device, report: &DeviceReport) {
+fn plane(out: &mut Vec<Family>, report: &InterfaceReport) {
     let mut info = Family::gauge("ordo_info", "The interface's execution model and outer path.");
     info.add(
         &[
-            ("device", &device.name),
-            ("model", device.model().name()),
-            ("outer_path", &device.outer_path()),
+            ("device", &report.name),
+            ("model", &report.model),
+            ("outer_path", &report.outer),
         ],
         1.0,
     );
     out.push(info);
-    let DeviceReport {
-        stats, under_load, mtu, ..
-    } = report;
     let mut drops = Family::counter(
         "ordo_drops_total",
         "Packets dropped, by reason and by who counted them: Ordo, or the kernel before Ordo saw them (a full socket buffer or ring).",
     );
-    for r in DropReason::ALL {
-        drops.add(&[("counted_by", "ordo"), ("reason", r.name())], stats.dropped(r) as f64);
-    }
     let mut state = Family::gauge(
         "ordo_port_state",
         "How a port stands: an offload or XDP mode on (1) or off (0), how many queues or AF_XDP sockets.",
@@ -187,16 +180,20 @@ fn plane(out: &mut Vec<Family>, device: &Device, report: &DeviceReport) {
         "ordo_port_events_total",
         "What a port counts besides drops: writes, coalesced packets, frames sent, the XDP program's verdicts.",
     );
-    for c in device.port_counters() {
-        let value = c.value as f64;
-        if let Some(reason) = c.name.strip_prefix("drop_os_") {
+    let count = |name: &str| report.counters.get(name).copied().unwrap_or(0) as f64;
+    for (name, value) in &report.counters {
+        let value = *value as f64;
+        if let Some(reason) = name.strip_prefix("drop_os_") {
             drops.add(&[("counted_by", "kernel"), ("reason", reason)], value);
-        } else if let Some(reason) = c.name.strip_prefix("drop_") {
+        } else if let Some(reason) = name.strip_prefix("drop_") {
             drops.add(&[("counted_by", "ordo"), ("reason", reason)], value);
-        } else if c.kind == CounterKind::Level {
-            state.add(&[("name", c.name)], value);
+        }
+    }
+    for (name, value) in (report.counters.iter()).filter(|(n, _)| is_port_figure(n)) {
+        if report.levels.contains(name) {
+            state.add(&[("name", name)], *value as f64);
         } else {
-            events.add(&[("name", c.name)], value);
+            events.add(&[("name", name)], *value as f64);
         }
     }
     out.extend([drops, state, events]);
@@ -204,43 +201,43 @@ fn plane(out: &mut Vec<Family>, device: &Device, report: &DeviceReport) {
         (
             "ordo_handshakes_initiated_total",
             "Handshakes this interface began.",
-            stats.handshakes_initiated,
+            count("handshakes_initiated"),
         ),
         (
             "ordo_handshakes_completed_total",
             "Handshakes that gave a session.",
-            stats.handshakes_completed,
+            count("handshakes_completed"),
         ),
         (
             "ordo_cookie_replies_sent_total",
             "Cookie replies sent to peers while under load.",
-            stats.cookie_replies_sent,
+            count("cookie_replies_sent"),
         ),
         (
             "ordo_cookie_replies_accepted_total",
             "Cookie replies accepted from peers.",
-            stats.cookie_replies_accepted,
+            count("cookie_replies_accepted"),
         ),
     ] {
-        out.push(Family::single(name, help, MetricType::COUNTER, value as f64));
+        out.push(Family::single(name, help, MetricType::COUNTER, value));
     }
     for (name, help, value) in [
         (
             "ordo_under_load",
             "Whether handshakes are answered with cookies (1) or not (0).",
-            *under_load as u64 as f64,
+            count("under_load"),
         ),
-        ("ordo_mtu_bytes", "The tunnel's MTU.", *mtu as f64),
-        ("ordo_crypto_workers", "Crypto worker threads.", device.workers() as f64),
+        ("ordo_mtu_bytes", "The tunnel's MTU.", count("mtu")),
+        ("ordo_crypto_workers", "Crypto worker threads.", count("workers")),
         (
             "ordo_uptime_seconds",
             "Seconds since the interface started.",
-            device.uptime().as_secs_f64(),
+            count("uptime_sec"),
         ),
     ] {
         out.push(Family::single(name, help, MetricType::GAUGE, value));
     }
-    let moves = device.plane.moves();
+    let moves = report.moves;
     let mut m = Family::counter(
         "ordo_placement_moves_total",
         "Peers moved by the load-aware placement: to another queue, another NUMA node's pool, or their crypto between their queue and the pool (spread).",
@@ -249,8 +246,7 @@ fn plane(out: &mut Vec<Family>, device: &Device, report: &DeviceReport) {
         m.add(&[("kind", kind)], n as f64);
     }
     out.push(m);
-    let plan = &device.plane.plan;
-    if !plan.model.has_queues() {
+    if report.queues.is_empty() {
         return;
     }
     let mut released = Family::gauge(
@@ -261,12 +257,6 @@ fn plane(out: &mut Vec<Family>, device: &Device, report: &DeviceReport) {
         "ordo_queue_releases_total",
         "Times a queue's thread was released from its CPU.",
     );
-    for (q, a) in device.plane.queue_affinity().iter().enumerate() {
-        let (queue, cpu) = (q.to_string(), plan.queues[q].to_string());
-        let labels = [("cpu", cpu.as_str()), ("queue", queue.as_str())];
-        released.add(&labels, a.is_released() as u64 as f64);
-        releases.add(&labels, a.releases as f64);
-    }
     let mut other = Family::gauge(
         "ordo_queue_cpu_other_cores",
         "Cores of other work on a queue's CPU over the last placement interval (other processes, the kernel's softirq work).",
@@ -279,21 +269,39 @@ fn plane(out: &mut Vec<Family>, device: &Device, report: &DeviceReport) {
         "ordo_queue_thread_wait_ratio",
         "The share of the last placement interval a queue's thread waited to run.",
     );
-    for (q, seen) in device.plane.queues_last_seen().iter().enumerate() {
-        let (queue, cpu) = (q.to_string(), plan.queues[q].to_string());
+    for q in &report.queues {
+        let (queue, cpu) = (q.queue.to_string(), q.cpu.to_string());
         let labels = [("cpu", cpu.as_str()), ("queue", queue.as_str())];
-        other.add(&labels, seen.other);
-        idle.add(&labels, seen.idle);
-        wait.add(&labels, seen.wait);
+        released.add(&labels, q.released as u64 as f64);
+        releases.add(&labels, q.releases as f64);
+        if let Some(seen) = &q.last_interval {
+            other.add(&labels, seen.other_millicores as f64 / 1000.0);
+            idle.add(&labels, seen.idle_permille as f64 / 1000.0);
+            wait.add(&labels, seen.thread_wait_permille as f64 / 1000.0);
+        }
     }
     out.extend([released, releases, other, idle, wait]);
 }
 
+/// Whether a figure of the report's `counters` is a port's own (not a drop, which has its
+/// family, nor one of the interface's, nor a stage's total).
+fn is_port_figure(name: &str) -> bool {
+    const INTERFACE: [&str; 8] = [
+        "handshakes_initiated",
+        "handshakes_completed",
+        "cookie_replies_sent",
+        "cookie_replies_accepted",
+        "under_load",
+        "mtu",
+        "uptime_sec",
+        "workers",
+    ];
+    !name.starts_with("drop_") && !name.starts_with("stage_") && !INTERFACE.contains(&name)
+}
+
 /// Per thread and stage, Ordo's own measure of its work, beside what the OS charged each
 /// thread (the two can disagree: the kernel counts softirq work in interrupt context as idle).
-fn threads(out: &mut Vec<Family>, device: &Device) {
-    use crate::plane::stats::Stage;
-    use std::sync::atomic::Ordering::Relaxed;
+fn threads(out: &mut Vec<Family>, report: &InterfaceReport) {
     let mut packets = Family::counter("ordo_stage_packets_total", "Packets through a stage, by thread.");
     let mut batches = Family::counter("ordo_stage_batches_total", "Batches through a stage, by thread.");
     let mut busy = Family::counter(
@@ -324,29 +332,27 @@ fn threads(out: &mut Vec<Family>, device: &Device) {
         "ordo_thread_os_preemptions_total",
         "Times the OS switched a thread out while it could still run (involuntary switches).",
     );
-    for t in device.stats().threads() {
+    for t in &report.thread_totals {
         let tid = t.tid.to_string();
         let th = [("thread", t.name.as_str()), ("tid", tid.as_str())];
-        own.add(&th, t.busy_ns.load(Relaxed) as f64 / 1e9);
-        if let Some(o) = t.os() {
-            os.add(&th, o.cpu.as_secs_f64());
+        own.add(&th, t.busy_us as f64 / 1e6);
+        if let Some(o) = &t.os {
+            os.add(&th, o.cpu_us as f64 / 1e6);
             sleeps.add(&th, o.sleeps as f64);
             preemptions.add(&th, o.preemptions as f64);
         }
-        for s in Stage::ALL {
-            let st = t.stage(s);
-            let w = st.wakeups.load(Relaxed);
-            if st.batches.load(Relaxed) + w == 0 {
-                // A stage this thread does not run.
-                continue;
-            }
-            let l = [("stage", s.name()), ("thread", t.name.as_str()), ("tid", tid.as_str())];
-            packets.add(&l, st.packets.load(Relaxed) as f64);
-            batches.add(&l, st.batches.load(Relaxed) as f64);
-            busy.add(&l, st.busy_ns.load(Relaxed) as f64 / 1e9);
-            if matches!(s, Stage::DeliverInbound | Stage::DeliverOutbound) {
+        for st in &t.stages {
+            let l = [
+                ("stage", st.stage.as_str()),
+                ("thread", t.name.as_str()),
+                ("tid", tid.as_str()),
+            ];
+            packets.add(&l, st.packets as f64);
+            batches.add(&l, st.batches as f64);
+            busy.add(&l, st.busy_us as f64 / 1e6);
+            if let (Some(w), Some(x)) = (st.wakeups, st.wasted_wakeups) {
                 wakeups.add(&l, w as f64);
-                wasted.add(&l, st.wasted_wakeups.load(Relaxed) as f64);
+                wasted.add(&l, x as f64);
             }
         }
     }
@@ -355,27 +361,26 @@ fn threads(out: &mut Vec<Family>, device: &Device) {
 
 /// The last second as the plane judged it (`crate::health`): the detectors' verdicts, the
 /// cores per stage, and each CPU's time by kind beside Ordo's threads there.
-fn health(out: &mut Vec<Family>, device: &Device) {
+fn health(out: &mut Vec<Family>, report: &InterfaceReport) {
     use crate::health::Detector;
-    let report = device.health.report();
     let mut active = Family::gauge(
         "ordo_warning_active",
         "Whether a detector found its condition in the last second (1) or not (0): execution order inversion, a black hole, Ordo's clock and the OS's accounting disagreeing. `ordo show` words it.",
     );
     for d in Detector::ALL {
-        let on = report.warnings.iter().any(|w| w.detector == d);
+        let on = report.warnings.iter().any(|w| w.detector == d.name());
         active.add(&[("detector", d.name())], on as u64 as f64);
     }
     out.push(active);
-    let Some(i) = report.interval else {
+    if report.stages.is_empty() && report.cpus.is_empty() {
         return;
-    };
+    }
     let mut stage = Family::gauge(
         "ordo_stage_cores",
         "Cores a stage took in the last second, by Ordo's clock.",
     );
-    for st in &i.stages {
-        stage.add(&[("stage", st.stage.name())], st.cores);
+    for st in &report.stages {
+        stage.add(&[("stage", &st.name)], st.millicores as f64 / 1000.0);
     }
     let mut time = Family::gauge(
         "ordo_cpu_time_ratio",
@@ -385,7 +390,7 @@ fn health(out: &mut Vec<Family>, device: &Device) {
         "ordo_cpu_ordo_cores",
         "Ordo's threads on a CPU in the last second: by Ordo's clock (waits for the CPU taken out) and as the OS charged them.",
     );
-    for c in &i.cpus {
+    for c in &report.cpus {
         let cpu = c.cpu.to_string();
         for (kind, v) in [
             ("tasks", c.tasks),
@@ -394,10 +399,86 @@ fn health(out: &mut Vec<Family>, device: &Device) {
             ("steal", c.steal),
             ("idle", c.idle),
         ] {
-            time.add(&[("cpu", &cpu), ("kind", kind)], v);
+            time.add(&[("cpu", &cpu), ("kind", kind)], v as f64 / 1000.0);
         }
-        ordo.add(&[("clock", "ordo"), ("cpu", &cpu)], c.ordo_clock);
-        ordo.add(&[("clock", "os"), ("cpu", &cpu)], c.ordo_os);
+        ordo.add(&[("clock", "ordo"), ("cpu", &cpu)], c.ordo_clock as f64 / 1000.0);
+        ordo.add(&[("clock", "os"), ("cpu", &cpu)], c.ordo_os as f64 / 1000.0);
     }
     out.extend([stage, time, ordo]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::report::{PeerReport, PlacementReport, QueueLoad, QueueReport, WarningReport};
+
+    /// Each figure of the report lands in its family, with its kind and labels: drops by who
+    /// counted them, a port's levels as gauges and its events as counters, the interface's
+    /// own figures in families of their own, thousandths back to units.
+    #[test]
+    fn a_report_renders_into_its_families() {
+        let report = InterfaceReport {
+            name: "wg0".into(),
+            model: "auto".into(),
+            outer: "udp".into(),
+            peers: vec![PeerReport {
+                public_key: "pk".into(),
+                rx_bytes: 7,
+                placement: Some(PlacementReport {
+                    cpu: "0".into(),
+                    regime: "inline".into(),
+                    millicores: 250,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            queues: vec![QueueReport {
+                queue: 0,
+                cpu: 1,
+                last_interval: Some(QueueLoad {
+                    idle_permille: 500,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            counters: [
+                ("drop_replay", 3),
+                ("drop_os_udp_receive_buffer", 5),
+                ("udp_gro", 1),
+                ("tun_writes", 9),
+                ("handshakes_completed", 2),
+                ("mtu", 1420),
+                ("stage_receive_packets", 11),
+            ]
+            .map(|(k, v)| (k.to_string(), v))
+            .into(),
+            levels: vec!["udp_gro".into(), "mtu".into()],
+            warnings: vec![WarningReport {
+                detector: "black_hole".into(),
+                text: "x".into(),
+            }],
+            ..Default::default()
+        };
+        let text = render_report(&report);
+        for line in [
+            "wireguard_peer_receive_bytes_total{public_key=\"pk\"} 7",
+            "ordo_peer_crypto_cores{public_key=\"pk\"} 0.25",
+            "ordo_drops_total{counted_by=\"ordo\",reason=\"replay\"} 3",
+            "ordo_drops_total{counted_by=\"kernel\",reason=\"udp_receive_buffer\"} 5",
+            "ordo_port_state{name=\"udp_gro\"} 1",
+            "ordo_port_events_total{name=\"tun_writes\"} 9",
+            "ordo_handshakes_completed_total 2",
+            "ordo_mtu_bytes 1420",
+            "ordo_queue_cpu_idle_ratio{cpu=\"1\",queue=\"0\"} 0.5",
+            "ordo_warning_active{detector=\"black_hole\"} 1",
+            "ordo_warning_active{detector=\"inversion\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
+        }
+        for absent in ["name=\"mtu\"", "name=\"stage_receive_packets\"", "name=\"drop_replay\""] {
+            assert!(!text.contains(absent), "{absent} is not a port's figure");
+        }
+        assert!(text.contains("# TYPE ordo_port_events_total counter"));
+        assert!(text.contains("# TYPE ordo_port_state gauge"));
+    }
 }

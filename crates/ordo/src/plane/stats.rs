@@ -167,8 +167,9 @@ impl Stats {
         self.threads.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Counters by name, for `ordo show` and its JSON.
-    pub fn counters(&self) -> Vec<(String, u64)> {
+    /// Each stage's totals over all threads, by name (`stage_NAME_packets` ...), for the
+    /// interface's report.
+    pub fn stage_counters(&self) -> Vec<(String, u64)> {
         let mut c = Vec::new();
         for s in Stage::ALL {
             let st = self.stage(s);
@@ -181,6 +182,13 @@ impl Stats {
                 c.push((format!("stage_{n}_wasted_wakeups"), st.wasted_wakeups));
             }
         }
+        c
+    }
+
+    /// [`Stats::stage_counters`], then each thread's figures flattened into names
+    /// (`thread_NAME_TID_...`), for `ordo bench`'s report.
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let mut c = self.stage_counters();
         for t in self.threads.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let key = format!("thread_{}_{}", t.name, t.tid);
             c.push((format!("{key}_busy_us"), t.busy_ns.load(Ordering::Relaxed) / 1000));

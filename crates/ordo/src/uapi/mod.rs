@@ -8,7 +8,7 @@ pub mod protocol;
 use crate::device::Device;
 use crate::secret_text::{SecretReader, SecretText};
 use connections::{Connections, MarkBusy, MarkIdle, Slot};
-use ordo_proto::{DropReason, PeerId, PresharedKey};
+use ordo_proto::{PeerId, PresharedKey};
 use protocol::{AllowedIpChange, DeviceView, Operation, PeerView, SetPlan, UapiError};
 use std::collections::HashMap;
 use std::io::{self, BufRead, Write};
@@ -139,6 +139,10 @@ fn listen_at(path: &Path) -> io::Result<UnixListener> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
 }
+
+/// The key of an `ordo_get` reply's one line: the interface's report
+/// (`device::report::InterfaceReport`) as JSON.
+pub const ORDO_REPORT_KEY: &str = "ordo_report";
 
 /// Serves connections until the device stops: each on a thread of its own, at most
 /// [`connections::MAX_CONNECTIONS`] at once (idle ones shed to make room: connections.rs), closed after
@@ -276,12 +280,10 @@ pub fn serve_requests(device: &Arc<Device>, mut reader: impl BufRead, mut out: i
                 r
             }
             Operation::OrdoGet => {
-                let mut r = protocol::format_get(&view(device));
-                r.push_str(&ordo_counter_lines(device));
-                r.push_str(&placement_lines(device));
-                r.push_str(&health_lines(device));
-                r.push_str("errno=0\n\n");
-                r
+                // The report is one line of JSON (a string holds no raw newline) and no
+                // secret: `ordo show` has no need of the private key `get` carries.
+                let report = serde_json::to_string(&device.report()).unwrap_or_default();
+                plain(format!("{ORDO_REPORT_KEY}={report}\nerrno=0\n\n"))
             }
             Operation::Set => {
                 match protocol::parse_set(lines.iter().map(String::as_str)).and_then(|p| apply(device, p)) {
@@ -345,162 +347,6 @@ fn view(device: &Device) -> DeviceView {
         fwmark,
         peers,
     }
-}
-
-/// Ordo's own counters, by name: drops by reason (the core's and the I/O layer's) and
-/// handshake figures.
-pub fn ordo_counters(device: &Device) -> Vec<(String, u64)> {
-    // The core's figures under its lock, copied; nothing else under it (the ports' figures
-    // read /proc).
-    let (stats, under_load, mtu) = {
-        let core = device.core();
-        (core.stats.clone(), core.under_load(Instant::now()), core.mtu())
-    };
-    let mut c: Vec<(String, u64)> = DropReason::ALL
-        .iter()
-        .map(|r| (format!("drop_{}", r.name()), stats.dropped(*r)))
-        .collect();
-    // The ports' own: their errors, the drops the kernel counted before Ordo saw a packet,
-    // the offloads in use.
-    c.extend(
-        device
-            .port_counters()
-            .into_iter()
-            .map(|p| (p.name.to_string(), p.value)),
-    );
-    for (name, value) in [
-        ("handshakes_initiated", stats.handshakes_initiated),
-        ("handshakes_completed", stats.handshakes_completed),
-        ("cookie_replies_sent", stats.cookie_replies_sent),
-        ("cookie_replies_accepted", stats.cookie_replies_accepted),
-        ("under_load", under_load as u64),
-        ("mtu", mtu as u64),
-        ("uptime_sec", device.uptime().as_secs()),
-    ] {
-        c.push((name.to_string(), value));
-    }
-    c.push(("workers".to_string(), device.workers() as u64));
-    // How each queue's CPU fared at the last placement (`host::cpuload`): what else kept it busy,
-    // how idle it was, and how long the queue's thread waited for it.
-    let plan = &device.plane.plan;
-    if plan.model.has_queues() {
-        let milli = |x: f64| (x * 1000.0).round() as u64;
-        for (q, seen) in device.plane.queues_last_seen().iter().enumerate() {
-            let cpu = plan.queues[q];
-            c.push((format!("queue{q}_cpu{cpu}_other_millicores"), milli(seen.other)));
-            c.push((format!("queue{q}_cpu{cpu}_idle_permille"), milli(seen.idle)));
-            c.push((format!("queue{q}_cpu{cpu}_thread_wait_permille"), milli(seen.wait)));
-        }
-        // Whether each queue's thread is released from its CPU under contention, and how
-        // often it was (`placement::affinity`).
-        for (q, a) in device.plane.queue_affinity().iter().enumerate() {
-            let cpu = plan.queues[q];
-            c.push((format!("queue{q}_cpu{cpu}_released"), a.is_released() as u64));
-            c.push((format!("queue{q}_cpu{cpu}_releases"), a.releases));
-        }
-    }
-    c.extend(device.stats().counters());
-    c
-}
-
-/// Where each queue and peer runs, as `ordo show` prints it: the model, then one line per
-/// queue thread, `ordo_queue=Q,cpu=C,released=0|1` (released: let off its CPU under
-/// contention, `placement::affinity`), and one per peer,
-/// `ordo_peer=KEY,queue=Q,cpu=C,node=N,regime=R,pps=P,millicores=M`.
-pub fn placement_lines(device: &Device) -> String {
-    use std::fmt::Write;
-    let mut s = format!("ordo_model={}\nordo_outer={}\n", device.model(), device.outer_path());
-    let plan = &device.plane.plan;
-    if plan.model.has_queues() {
-        for (q, a) in device.plane.queue_affinity().iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "ordo_queue={q},cpu={},released={}",
-                plan.queues[q],
-                a.is_released() as u8
-            );
-        }
-    }
-    for peer in device.peer_reports() {
-        let p = &peer.placement;
-        let _ = writeln!(
-            s,
-            "ordo_peer={},queue={},cpu={},node={},regime={},pps={:.0},millicores={:.0}",
-            peer.public_key.to_hex(),
-            p.queue,
-            crate::host::topology::format_cpu_list(&p.cpus),
-            p.node,
-            p.regime.name(),
-            p.pps,
-            p.cores * 1000.0
-        );
-    }
-    s
-}
-
-/// The last interval's figures and warnings (`crate::health`), for `ordo show` and `ordo
-/// top`: `ordo_stage=NAME,millicores=C,pps=P,batches=B,wakeups=W,wasted=X` per stage,
-/// `ordo_thread=NAME,tid=T,cpu=C,ordo=M,os=M,waited=PERMILLE` per thread (millicores),
-/// `ordo_cpu=N,tasks=..,irq=..,softirq=..,steal=..,idle=..,ordo_clock=..,ordo_os=..` per CPU
-/// (permille of the interval, Ordo's threads in millicores), `ordo_warning=DETECTOR: TEXT`.
-pub fn health_lines(device: &Device) -> String {
-    use std::fmt::Write;
-    let report = device.health.report();
-    let mut s = String::new();
-    let milli = |x: f64| (x * 1000.0).round() as u64;
-    if let Some(i) = &report.interval {
-        for st in &i.stages {
-            let _ = writeln!(
-                s,
-                "ordo_stage={},millicores={},pps={:.0},batches={:.0},wakeups={:.0},wasted={:.0}",
-                st.stage.name(),
-                milli(st.cores),
-                st.packets_per_second,
-                st.batches_per_second,
-                st.wakeups_per_second,
-                st.wasted_per_second
-            );
-        }
-        for t in &i.threads {
-            let _ = writeln!(
-                s,
-                "ordo_thread={},tid={},cpu={},ordo={},os={},waited={}",
-                t.name,
-                t.tid,
-                t.cpu.map_or("-".to_string(), |c| c.to_string()),
-                milli(t.ordo_cores),
-                milli(t.os_cores),
-                milli(t.waited)
-            );
-        }
-        for c in &i.cpus {
-            let _ = writeln!(
-                s,
-                "ordo_cpu={},tasks={},irq={},softirq={},steal={},idle={},ordo_clock={},ordo_os={}",
-                c.cpu,
-                milli(c.tasks),
-                milli(c.irq),
-                milli(c.softirq),
-                milli(c.steal),
-                milli(c.idle),
-                milli(c.ordo_clock),
-                milli(c.ordo_os)
-            );
-        }
-    }
-    for w in &report.warnings {
-        // One line each: the protocol is line-based.
-        let _ = writeln!(s, "ordo_warning={}", w.to_string().replace('\n', " "));
-    }
-    s
-}
-
-/// The counters as `ordo_NAME=VALUE` lines, which only `ordo show` asks for.
-fn ordo_counter_lines(device: &Device) -> String {
-    ordo_counters(device)
-        .iter()
-        .map(|(k, v)| format!("ordo_{k}={v}\n"))
-        .collect()
 }
 
 /// Applies a parsed plan, whole or not at all: the listen port and the fwmark, the only
