@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build demo test lint unit smoltcp-test interop interop-quick stack loadgen lab-short lab bench fuzz fuzz-campaign clean
+.PHONY: all build demo test lint unit smoltcp-test interop interop-quick stack loadgen lab-short lab bench fuzz fuzz-campaign fuzz-rate clean
 
 all: build
 
@@ -102,6 +102,13 @@ fuzz:
 
 fuzz-campaign:
 	scripts/fuzz-campaign.sh $(or $(CAMPAIGN_SECONDS),3600)
+
+## make fuzz-rate: a target's executions a second without libFuzzer's instrumentation, over its
+## kept corpus (FUZZ_TARGET, session by default): the ceiling of what a campaign reaches here.
+FUZZ_TARGET ?= session
+fuzz-rate:
+	RUSTFLAGS="--cfg fuzzing" $(CARGO) run -q --release --locked --target-dir target/cfg-fuzzing \
+		-p ordo-fuzz-targets --bin fuzz-rate -- $(FUZZ_TARGET) 20
 
 clean:
 	$(CARGO) clean
