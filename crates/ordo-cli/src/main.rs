@@ -16,8 +16,8 @@
 
 use ordo::daemon::janitor::{self, FileIdentity};
 use ordo::daemon::privileges::Privileges;
-use ordo::interface::settings::{InterfaceSettings, SETTINGS};
 use ordo::placement::model::Model;
+use ordo::settings::{InterfaceSettings, SETTINGS};
 use ordo::{daemon, quick, show, uapi};
 use ordo_tools::{bench, loadgen};
 

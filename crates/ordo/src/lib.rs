@@ -40,6 +40,7 @@ pub mod port;
 pub mod quick;
 pub mod run;
 pub mod secret_text;
+pub mod settings;
 pub mod show;
 pub mod threads;
 pub mod uapi;

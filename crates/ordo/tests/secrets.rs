@@ -6,7 +6,7 @@
 //! release build: the optimiser changes where moved bytes and stale stack end up.
 
 use ordo::device::Device;
-use ordo::interface::settings::InterfaceSettings;
+use ordo::settings::InterfaceSettings;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;

@@ -1,7 +1,7 @@
 //! The wg-quick configuration format: an [Interface] section and [Peer] sections of
 //! `Key = Value` lines. Every error names the file, the line and what is wrong.
 
-use crate::interface::settings::{InterfaceSettings, SETTINGS};
+use crate::settings::{InterfaceSettings, SETTINGS};
 use ipnet::IpNet;
 use ordo_proto::{PresharedKey, PrivateKey, PublicKey};
 use std::fmt;

@@ -17,7 +17,7 @@ use crate::daemon::privileges::{self, Privileges};
 use crate::device::Device;
 use crate::inner::stack::service::Service;
 use crate::inner::stack::StackSettings;
-use crate::interface::settings::InterfaceSettings;
+use crate::settings::InterfaceSettings;
 use crate::uapi;
 use anyhow::{Context, Result};
 use std::os::unix::net::UnixListener;

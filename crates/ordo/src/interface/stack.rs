@@ -5,7 +5,7 @@
 
 use crate::config::wgquick::WgQuickConfig;
 use crate::inner::stack::{Attachers, StackSettings};
-use crate::interface::settings::InterfaceSettings;
+use crate::settings::InterfaceSettings;
 use anyhow::{bail, Result};
 use ipnet::IpNet;
 use ordo_attach::Route;
