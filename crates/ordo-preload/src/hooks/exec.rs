@@ -9,6 +9,19 @@ extern "C" {
     static environ: *const *const libc::c_char;
 }
 
+type Env = *const *const libc::c_char;
+
+/// Every exec hook's one body: `exec` with `envp` and the table added, or, where there is no
+/// table to hand on or it does not fit, `plain` (the call as the program made it).
+///
+/// # Safety
+/// `envp` is null or a null-terminated array of C strings; `exec` and `plain` are the
+/// caller's call, which the caller's own contract covers.
+unsafe fn with_table_or<R>(envp: Env, exec: impl FnOnce(Env) -> R, plain: impl FnOnce() -> R) -> R {
+    // SAFETY: as this function's contract.
+    unsafe { inherit::with_table(envp, exec) }.unwrap_or_else(plain)
+}
+
 /// execve(2): the tunnel sockets' table goes along in the new program's environment
 /// (`inherit`), so that the library there still knows them. Nothing here allocates: it runs
 /// between fork and exec.
@@ -21,11 +34,13 @@ pub unsafe extern "C" fn execve(
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
 ) -> c_int {
-    // SAFETY: the caller's arguments, the environment with the table.
-    match unsafe { inherit::with_table(envp, |env| real::execve(path, argv, env)) } {
-        Some(r) => r,
-        // SAFETY: the caller's arguments, unchanged.
-        None => unsafe { real::execve(path, argv, envp) },
+    // SAFETY: the caller's arguments, with the table or unchanged.
+    unsafe {
+        with_table_or(
+            envp,
+            |env| real::execve(path, argv, env),
+            || real::execve(path, argv, envp),
+        )
     }
 }
 
@@ -39,11 +54,13 @@ pub unsafe extern "C" fn execvpe(
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
 ) -> c_int {
-    // SAFETY: the caller's arguments, the environment with the table.
-    match unsafe { inherit::with_table(envp, |env| real::execvpe(file, argv, env)) } {
-        Some(r) => r,
-        // SAFETY: the caller's arguments, unchanged.
-        None => unsafe { real::execvpe(file, argv, envp) },
+    // SAFETY: the caller's arguments, with the table or unchanged.
+    unsafe {
+        with_table_or(
+            envp,
+            |env| real::execvpe(file, argv, env),
+            || real::execvpe(file, argv, envp),
+        )
     }
 }
 
@@ -54,11 +71,7 @@ pub unsafe extern "C" fn execvpe(
 #[no_mangle]
 pub unsafe extern "C" fn execv(path: *const libc::c_char, argv: *const *const libc::c_char) -> c_int {
     // SAFETY: the C library's environment; the caller's arguments.
-    match unsafe { inherit::with_table(environ, |env| real::execve(path, argv, env)) } {
-        Some(r) => r,
-        // SAFETY: the caller's arguments, unchanged.
-        None => unsafe { real::execv(path, argv) },
-    }
+    unsafe { with_table_or(environ, |env| real::execve(path, argv, env), || real::execv(path, argv)) }
 }
 
 /// execvp(3): as [`execve`], with the process's environment.
@@ -68,10 +81,12 @@ pub unsafe extern "C" fn execv(path: *const libc::c_char, argv: *const *const li
 #[no_mangle]
 pub unsafe extern "C" fn execvp(file: *const libc::c_char, argv: *const *const libc::c_char) -> c_int {
     // SAFETY: the C library's environment; the caller's arguments.
-    match unsafe { inherit::with_table(environ, |env| real::execvpe(file, argv, env)) } {
-        Some(r) => r,
-        // SAFETY: the caller's arguments, unchanged.
-        None => unsafe { real::execvp(file, argv) },
+    unsafe {
+        with_table_or(
+            environ,
+            |env| real::execvpe(file, argv, env),
+            || real::execvp(file, argv),
+        )
     }
 }
 
@@ -88,14 +103,10 @@ pub unsafe extern "C" fn posix_spawn(
     argv: *const *mut libc::c_char,
     envp: *const *mut libc::c_char,
 ) -> c_int {
-    // SAFETY: the caller's arguments, the environment with the table.
-    let spawned = unsafe {
-        inherit::with_table(envp.cast(), |env| {
-            real::posix_spawn(false, pid, path, actions, attr, argv, env.cast())
-        })
-    };
-    // SAFETY: the caller's arguments, unchanged.
-    spawned.unwrap_or_else(|| unsafe { real::posix_spawn(false, pid, path, actions, attr, argv, envp) })
+    // SAFETY: the caller's arguments, and an environment as the caller's contract has it.
+    let spawn = |env| unsafe { real::posix_spawn(false, pid, path, actions, attr, argv, env) };
+    // SAFETY: the caller's environment.
+    unsafe { with_table_or(envp.cast(), |env| spawn(env.cast()), || spawn(envp)) }
 }
 
 /// posix_spawnp(3): as [`posix_spawn`].
@@ -111,12 +122,8 @@ pub unsafe extern "C" fn posix_spawnp(
     argv: *const *mut libc::c_char,
     envp: *const *mut libc::c_char,
 ) -> c_int {
-    // SAFETY: the caller's arguments, the environment with the table.
-    let spawned = unsafe {
-        inherit::with_table(envp.cast(), |env| {
-            real::posix_spawn(true, pid, file, actions, attr, argv, env.cast())
-        })
-    };
-    // SAFETY: the caller's arguments, unchanged.
-    spawned.unwrap_or_else(|| unsafe { real::posix_spawn(true, pid, file, actions, attr, argv, envp) })
+    // SAFETY: the caller's arguments, and an environment as the caller's contract has it.
+    let spawn = |env| unsafe { real::posix_spawn(true, pid, file, actions, attr, argv, env) };
+    // SAFETY: the caller's environment.
+    unsafe { with_table_or(envp.cast(), |env| spawn(env.cast()), || spawn(envp)) }
 }
