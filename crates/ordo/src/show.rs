@@ -172,13 +172,66 @@ pub fn render_all(s: &InterfaceReport) -> String {
     for (k, v) in &s.counters {
         let _ = writeln!(o, "    {}: {v}", k.replace('_', " "));
     }
+    if !s.queues.is_empty() {
+        let _ = writeln!(o, "  queues:");
+    }
+    for q in &s.queues {
+        let mut line = format!("    queue {} on CPU {}", q.queue, q.cpu);
+        if let Some(l) = &q.last_interval {
+            let _ = write!(
+                line,
+                ": other work {:.2} cores, idle {}%, its thread waited {}%",
+                l.other_millicores as f64 / 1000.0,
+                l.idle_permille / 10,
+                l.thread_wait_permille / 10
+            );
+        }
+        let released = if q.released { "released" } else { "pinned" };
+        let _ = writeln!(o, "{line}; {released}, released {} times", q.releases);
+    }
+    if !s.thread_totals.is_empty() {
+        let _ = writeln!(o, "  threads (since they started):");
+    }
+    for t in &s.thread_totals {
+        let os = t.os.as_ref().map_or(String::new(), |os| {
+            format!(
+                "; the OS: {:.3} s, {} sleeps, {} preemptions",
+                os.cpu_us as f64 / 1e6,
+                os.sleeps,
+                os.preemptions
+            )
+        });
+        let _ = writeln!(
+            o,
+            "    {} ({}): busy {:.3} s{os}",
+            t.name,
+            t.tid,
+            t.busy_us as f64 / 1e6
+        );
+        for st in &t.stages {
+            let wakeups = match (st.wakeups, st.wasted_wakeups) {
+                (Some(w), Some(x)) => format!(", {w} wake-ups ({x} wasted)"),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                o,
+                "      {}: {} packets in {} batches, {:.3} s{wakeups}",
+                st.stage.replace('_', " "),
+                st.packets,
+                st.batches,
+                st.busy_us as f64 / 1e6
+            );
+        }
+    }
     o
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::report::{PeerReport, PlacementReport, StageShow, WarningReport};
+    use crate::device::report::{
+        PeerReport, PlacementReport, QueueLoad, QueueReport, StageShow, StageTotals, ThreadTotals, WarningReport,
+    };
 
     #[test]
     fn human_units() {
@@ -231,6 +284,41 @@ mod tests {
         assert!(r.contains("  warnings:\n    black_hole: CPU 0 carries 95%\n"), "{r}");
         assert!(r.contains("cores by stage, last second: decrypt 0.25\n"), "{r}");
         assert!(render_all(&s).contains("    drop replay: 3\n"));
+        s.queues.push(QueueReport {
+            queue: 1,
+            cpu: 1,
+            releases: 2,
+            last_interval: Some(QueueLoad {
+                other_millicores: 250,
+                idle_permille: 500,
+                thread_wait_permille: 30,
+            }),
+            ..Default::default()
+        });
+        s.thread_totals.push(ThreadTotals {
+            name: "queue1".into(),
+            tid: 9,
+            busy_us: 1_500_000,
+            os: None,
+            stages: vec![StageTotals {
+                stage: "deliver_inbound".into(),
+                packets: 10,
+                batches: 2,
+                busy_us: 1000,
+                wakeups: Some(2),
+                wasted_wakeups: Some(0),
+            }],
+        });
+        let all = render_all(&s);
+        assert!(
+            all.contains("    queue 1 on CPU 1: other work 0.25 cores, idle 50%, its thread waited 3%; pinned, released 2 times\n"),
+            "{all}"
+        );
+        assert!(all.contains("    queue1 (9): busy 1.500 s\n"), "{all}");
+        assert!(
+            all.contains("      deliver inbound: 10 packets in 2 batches, 0.001 s, 2 wake-ups (0 wasted)\n"),
+            "{all}"
+        );
         assert!(
             r.contains("  outer path: xdp on veth0 (native, copy, 1 socket)\n"),
             "{r}"
