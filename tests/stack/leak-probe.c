@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/netlink.h>
 #include <linux/sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -53,6 +54,8 @@ static const char *name(int e) {
     case EISCONN: return "EISCONN";
     case EDESTADDRREQ: return "EDESTADDRREQ";
     case ENOTCONN: return "ENOTCONN";
+    case EOPNOTSUPP: return "EOPNOTSUPP";
+    case ENOPROTOOPT: return "ENOPROTOOPT";
     default: {
         static char b[32];
         snprintf(b, sizeof b, "errno%d", e);
@@ -270,6 +273,20 @@ int main(int argc, char **argv) {
             mm[1].msg_hdr = (struct msghdr){.msg_name = &far, .msg_namelen = sizeof far, .msg_iov = &iov, .msg_iovlen = 1};
             long n = syscall(SYS_sendmmsg, fd, mm, 2, 0);
             e = n == 2 ? 0 : n < 0 ? errno : ENETUNREACH; /* one sent of two: the second refused */
+        } else if (!strcmp(c, "sctp_connectx") || !strcmp(c, "sctp_connectx3")) {
+            /* SCTP's connect by socket option. This kernel may have no SCTP: the option is
+             * asked of a netlink socket, for which the kernel answers ENOPROTOOPT (any
+             * level but its own); under `ordo run` the filter refuses it first, whatever
+             * the socket. CONNECTX3 goes through getsockopt. */
+            struct { int assoc; int len; void *addrs; } x;
+            struct sockaddr_in a;
+            sin_of(&a, sizeof a, AF_INET, TCP_PORT);
+            fd = socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE);
+            x.assoc = 0; x.len = sizeof a; x.addrs = &a;
+            socklen_t len = sizeof x;
+            e = !strcmp(c, "sctp_connectx") ? result(setsockopt(fd, 132, 110, &a, sizeof a))
+                                             : result(getsockopt(fd, 132, 111, &x, &len));
+            close(fd);
         } else if (!strcmp(c, "io_uring")) {
             char params[120] = {0};
             e = result(syscall(SYS_io_uring_setup, 4, params));

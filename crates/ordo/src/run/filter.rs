@@ -1,6 +1,8 @@
 //! The seccomp filter of a program under `ordo run` (seccomp(2), classic BPF over `struct
 //! seccomp_data`): which system calls stop for the supervisor (run/supervise.rs says why each),
-//! which go on, and which fail with ENOSYS (io_uring, other ABIs than the native one).
+//! which go on, which fail with ENOSYS (io_uring, other ABIs than the native one), and which
+//! with EOPNOTSUPP (SCTP's connectx: a connect made by socket option, whose list of
+//! addresses is not read here).
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -22,6 +24,14 @@ const DATA_ARG3_LOW: u32 = 16 + 3 * 8;
 const DATA_ARG3_HIGH: u32 = DATA_ARG3_LOW + 4;
 const DATA_ARG4_LOW: u32 = 16 + 4 * 8;
 const DATA_ARG4_HIGH: u32 = DATA_ARG4_LOW + 4;
+
+/// SCTP's socket option level and its connects by socket option (linux/sctp.h): a list of
+/// addresses to associate with, set (`CONNECTX_OLD`, `CONNECTX`) or passed to getsockopt for
+/// the association's id (`CONNECTX3`), as libsctp's `sctp_connectx` tries them.
+const IPPROTO_SCTP: u32 = 132;
+const SCTP_SOCKOPT_CONNECTX_OLD: u32 = 107;
+const SCTP_SOCKOPT_CONNECTX: u32 = 110;
+const SCTP_SOCKOPT_CONNECTX3: u32 = 111;
 
 /// The filter's program, built before the fork (the child may not allocate).
 pub struct Filter {
@@ -47,8 +57,14 @@ enum To {
     /// sendmsg, sendmmsg: stopped unless the library checked their destinations.
     Sendmsg,
     Sendmmsg,
-    /// getsockopt: stopped only for SO_ERROR.
+    /// getsockopt: stopped only for SO_ERROR; SCTP's connectx refused.
     Sockopt,
+    /// getsockopt of another level than SOL_SOCKET.
+    SctpGetsockopt,
+    /// setsockopt: SCTP's connectx refused.
+    Setsockopt,
+    /// Refused with EOPNOTSUPP.
+    NotSupported,
     /// connect: stopped unless marked as the library's to a Unix socket.
     Connect,
     /// prctl: stopped only for PR_SET_DUMPABLE to 0.
@@ -137,6 +153,7 @@ impl Filter {
             is(libc::SYS_getpeername, To::Notify),
             is(libc::SYS_io_uring_setup, To::NoSys),
             is(libc::SYS_getsockopt, To::Sockopt),
+            is(libc::SYS_setsockopt, To::Setsockopt),
             is(libc::SYS_prctl, To::Prctl),
             jeq(libc::SYS_sendto as u32, To::Sendto, To::Allow),
             // The library's own sends, their destinations checked (ordo_attach::CHECKED_SEND):
@@ -172,18 +189,33 @@ impl Filter {
             jeq(libc::PR_SET_DUMPABLE as u32, To::Next, To::Allow),
             Step::Load(DATA_ARG1_LOW),
             jeq(0, To::Notify, To::Allow),
-            // getsockopt: only SO_ERROR (how a connect made from outside ended).
+            // getsockopt: SO_ERROR stops (how a connect made from outside ended).
             Step::Here(To::Sockopt),
             Step::Load(DATA_ARG1_LOW),
-            jeq(libc::SOL_SOCKET as u32, To::Next, To::Allow),
+            jeq(libc::SOL_SOCKET as u32, To::Next, To::SctpGetsockopt),
             Step::Load(DATA_ARG2_LOW),
             jeq(libc::SO_ERROR as u32, To::Notify, To::Allow),
+            // SCTP's connects by socket option fail closed: they would associate with any
+            // address of their list, the tunnel's among them, past connect's check. A
+            // program then connects with connect(2), which stops.
+            Step::Here(To::SctpGetsockopt),
+            jeq(IPPROTO_SCTP, To::Next, To::Allow),
+            Step::Load(DATA_ARG2_LOW),
+            jeq(SCTP_SOCKOPT_CONNECTX3, To::NotSupported, To::Allow),
+            Step::Here(To::Setsockopt),
+            Step::Load(DATA_ARG1_LOW),
+            jeq(IPPROTO_SCTP, To::Next, To::Allow),
+            Step::Load(DATA_ARG2_LOW),
+            jeq(SCTP_SOCKOPT_CONNECTX_OLD, To::NotSupported, To::Next),
+            jeq(SCTP_SOCKOPT_CONNECTX, To::NotSupported, To::Allow),
             Step::Here(To::Allow),
             Step::Return(libc::SECCOMP_RET_ALLOW),
             Step::Here(To::Notify),
             Step::Return(libc::SECCOMP_RET_USER_NOTIF),
             Step::Here(To::NoSys),
             Step::Return(libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+            Step::Here(To::NotSupported),
+            Step::Return(libc::SECCOMP_RET_ERRNO | libc::EOPNOTSUPP as u32),
         ];
         Filter {
             instructions: assemble(&steps),
@@ -205,13 +237,14 @@ mod tests {
                 assert!(i + 1 + usize::from(ins.jf) <= last, "instruction {i}: jf past the end");
             }
         }
-        let verdicts: Vec<u32> = f.instructions[last - 2..].iter().map(|i| i.k).collect();
+        let verdicts: Vec<u32> = f.instructions[last - 3..].iter().map(|i| i.k).collect();
         assert_eq!(
             verdicts,
             [
                 libc::SECCOMP_RET_ALLOW,
                 libc::SECCOMP_RET_USER_NOTIF,
-                libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+                libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+                libc::SECCOMP_RET_ERRNO | libc::EOPNOTSUPP as u32
             ]
         );
     }
