@@ -273,6 +273,15 @@ int main(int argc, char **argv) {
             mm[1].msg_hdr = (struct msghdr){.msg_name = &far, .msg_namelen = sizeof far, .msg_iov = &iov, .msg_iovlen = 1};
             long n = syscall(SYS_sendmmsg, fd, mm, 2, 0);
             e = n == 2 ? 0 : n < 0 ? errno : ENETUNREACH; /* one sent of two: the second refused */
+        } else if (!strcmp(c, "udplite_libc") || !strcmp(c, "udplite_raw")) {
+            /* UDP-Lite: a datagram socket that is not UDP, connected to the tunnel and then
+             * sending. The stack carries UDP only: refused, not carried as UDP. */
+            fd = socket(AF_INET, SOCK_DGRAM, IPPROTO_UDPLITE);
+            sin_of(&ss, sizeof(struct sockaddr_in), AF_INET, UDP_PORT);
+            e = !strcmp(c, "udplite_libc") ? result(connect(fd, (void *)&ss, sizeof(struct sockaddr_in)))
+                                           : raw_connect(fd, &ss, sizeof(struct sockaddr_in));
+            if (e == 0) e = result(send(fd, "leak", 4, 0));
+            close(fd);
         } else if (!strcmp(c, "sctp_connectx") || !strcmp(c, "sctp_connectx3")) {
             /* SCTP's connect by socket option. This kernel may have no SCTP: the option is
              * asked of a netlink socket, for which the kernel answers ENOPROTOOPT (any

@@ -117,10 +117,10 @@ while True:
 # and their raw system calls; every address form the kernel accepts (family 0, an IPv4
 # address in a longer buffer, IPv6 of 24 and 28 bytes, a scope id, IPv4-mapped, too short);
 # sendmsg with a name on a connected socket, sendmmsg whose second message is the tunnel's,
-# TCP fast open, SCTP's connect by socket option, io_uring; children made by vfork and
-# clone3; a process that asks not to be
-# dumpable, one the kernel makes undumpable (an executable it may not read), a grandchild
-# reparented by a double fork, and one that outlives `ordo run`. A has cleartext routes to
+# TCP fast open, UDP-Lite (not UDP: not carried), SCTP's connect by socket option, io_uring;
+# children made by vfork and clone3; a process that asks not to be dumpable, one the kernel
+# makes undumpable (an executable it may not read), a grandchild reparented by a double fork,
+# and one that outlives `ordo run`. A has cleartext routes to
 # B's tunnel addresses through the veth, where B's servers answer too, so that any leak
 # would succeed silently: B counts every packet to those addresses that arrives on its veth,
 # and there must be none. What is refused is explained on `ordo run`'s standard error. A
@@ -177,7 +177,7 @@ threading.Event().wait()
     ip netns exec "$NS_B" nft reset counters table inet ordo_leak >/dev/null
     local cases="tcp_libc tcp_raw tcp_raw_v6 tcp_raw_v6_24 tcp_raw_v6_scope tcp_raw_mapped tcp_raw_len110 tcp_raw_len128
         tcp_fastopen udp_libc udp_family0_libc udp_raw udp_family0_raw udp_short udp_raw_v6 udp_raw_mapped
-        udp_v6_family0_raw udp_sendmsg_named_on_connected udp_sendmmsg_second sctp_connectx sctp_connectx3 io_uring
+        udp_v6_family0_raw udp_sendmsg_named_on_connected udp_sendmmsg_second udplite_libc udplite_raw sctp_connectx sctp_connectx3 io_uring
         vfork clone3 undumpable
         reparented exec=$dir/probe-unreadable tcp_raw udp_raw udp_family0_raw"
     local kind got want why
@@ -189,7 +189,8 @@ threading.Event().wait()
         (($(cleartext) == 0)) || fail "$kind probe: $(cleartext) packets reached B in cleartext"
         # What must be so, whatever else is carried or refused.
         for want in "tcp_raw ok" "io_uring ENOSYS" "undumpable_prctl EPERM" "udp_short ENETUNREACH" \
-            "sctp_connectx EOPNOTSUPP" "sctp_connectx3 EOPNOTSUPP"; do
+            "sctp_connectx EOPNOTSUPP" "sctp_connectx3 EOPNOTSUPP" "udplite_libc ENETUNREACH" \
+            "udplite_raw ENETUNREACH"; do
             grep -x "$want" <<<"$got" >/dev/null || fail "$kind probe: no '$want' in: $got"
         done
         if [[ $kind == dynamic ]]; then

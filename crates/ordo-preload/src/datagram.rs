@@ -74,7 +74,7 @@ fn bind_in_stack(
 /// on its first send) and its marker returned; anything else is refused with its errno
 /// (bound by the kernel: its port cannot move; not UDP: not carried).
 pub fn bind_for_send(s: &Settings, fd: c_int) -> Result<[u8; MARKER_LEN], c_int> {
-    if crate::socket_type(fd) != Some(libc::SOCK_DGRAM) {
+    if crate::carried_type(fd) != Some(libc::SOCK_DGRAM) {
         return Err(libc::ENETUNREACH);
     }
     let family = crate::socket_family(fd).ok_or(libc::ENOTSOCK)?;

@@ -89,8 +89,16 @@ fn socket_option(fd: c_int, name: c_int) -> Option<c_int> {
     (r == 0).then_some(v)
 }
 
-fn socket_type(fd: c_int) -> Option<c_int> {
-    socket_option(fd, libc::SO_TYPE)
+/// The socket's type, for the kinds the stack carries: SOCK_STREAM for TCP, SOCK_DGRAM for
+/// UDP. Any other protocol of those types (SCTP's stream sockets, UDP-Lite) is SOCK_RAW here,
+/// which nothing carries: the type alone does not tell, and what is not carried to the tunnel
+/// fails closed.
+fn carried_type(fd: c_int) -> Option<c_int> {
+    let ty = socket_option(fd, libc::SO_TYPE)?;
+    match (ty, socket_option(fd, libc::SO_PROTOCOL)?) {
+        (libc::SOCK_STREAM, libc::IPPROTO_TCP) | (libc::SOCK_DGRAM, libc::IPPROTO_UDP) => Some(ty),
+        _ => Some(libc::SOCK_RAW),
+    }
 }
 
 fn socket_family(fd: c_int) -> Option<c_int> {

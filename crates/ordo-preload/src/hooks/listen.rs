@@ -4,7 +4,7 @@
 use crate::sockets::TunnelSocket;
 use crate::stand_in::stand_in_from_service;
 use crate::{
-    addr, attach, datagram, fail, guarded, ipv6_only, real, set_errno, settings, socket_family, socket_type, sockets,
+    addr, attach, carried_type, datagram, fail, guarded, ipv6_only, real, set_errno, settings, socket_family, sockets,
     tunnel_socket, Settings,
 };
 use libc::{c_int, sockaddr, socklen_t};
@@ -32,7 +32,7 @@ pub unsafe extern "C" fn bind(fd: c_int, address: *const sockaddr, len: socklen_
     let dest = unsafe { addr::read(address, len) };
     if let (Some(s), Some(a)) = (settings(), dest) {
         let tunnel = ordo_attach::through_tunnel(&s.routes, a.ip());
-        if (tunnel || a.ip().is_unspecified()) && socket_type(fd) == Some(libc::SOCK_DGRAM) {
+        if (tunnel || a.ip().is_unspecified()) && carried_type(fd) == Some(libc::SOCK_DGRAM) {
             if !tunnel {
                 // Every address: the kernel's bind first (its port, its errors), then the
                 // stack's on the same port, with the kernel's socket relayed beside it.
@@ -61,7 +61,7 @@ pub unsafe extern "C" fn bind(fd: c_int, address: *const sockaddr, len: socklen_
     }
     let stream = |s: &Settings, a: std::net::SocketAddr| {
         (ordo_attach::through_tunnel(&s.routes, a.ip()) || a.ip().is_unspecified())
-            && socket_type(fd) == Some(libc::SOCK_STREAM)
+            && carried_type(fd) == Some(libc::SOCK_STREAM)
     };
     let Some((a, wildcard)) = settings()
         .zip(dest)

@@ -7,8 +7,8 @@ use crate::resolve::dns_redirect;
 use crate::sockets::TunnelSocket;
 use crate::stand_in::swap_in;
 use crate::{
-    addr, attach, datagram, epoll, fail, fail_closed, guarded, real, set_errno, settings, socket_family, socket_option,
-    socket_type, sockets, Settings,
+    addr, attach, carried_type, datagram, epoll, fail, fail_closed, guarded, real, set_errno, settings, socket_family,
+    socket_option, sockets, Settings,
 };
 use libc::{c_int, sockaddr, socklen_t};
 use ordo_attach::{Op, Request};
@@ -73,7 +73,7 @@ fn connect_through_tunnel(s: &Settings, fd: c_int, dest: std::net::SocketAddr, s
         });
         return -1;
     }
-    let (Some(ty), Some(family)) = (socket_type(fd), socket_family(fd)) else {
+    let (Some(ty), Some(family)) = (carried_type(fd), socket_family(fd)) else {
         set_errno(libc::ENOTSOCK);
         return -1;
     };

@@ -58,10 +58,14 @@ pub fn connect(call: Stopped, socket: &Path, dest: SocketAddr, shown: SocketAddr
     let original = call.caller.take_fd(listener, id, fd).map_err(|e| errno(&e))?;
     let family = int_option(original.as_raw_fd(), libc::SO_DOMAIN).unwrap_or(0);
     let inet = family == libc::AF_INET || family == libc::AF_INET6;
-    // TCP and UDP are carried; anything else to the tunnel fails closed.
-    match int_option(original.as_raw_fd(), libc::SO_TYPE) {
-        Some(libc::SOCK_STREAM) if inet => {}
-        Some(libc::SOCK_DGRAM) if inet => return connect_datagram(call, family, socket, dest, shown),
+    // TCP and UDP are carried; anything else to the tunnel fails closed (SCTP's stream
+    // sockets and UDP-Lite's datagram ones among them: the type alone does not tell).
+    let protocol = int_option(original.as_raw_fd(), libc::SO_PROTOCOL);
+    match (int_option(original.as_raw_fd(), libc::SO_TYPE), protocol) {
+        (Some(libc::SOCK_STREAM), Some(libc::IPPROTO_TCP)) if inet => {}
+        (Some(libc::SOCK_DGRAM), Some(libc::IPPROTO_UDP)) if inet => {
+            return connect_datagram(call, family, socket, dest, shown)
+        }
         _ => return Err(libc::ENETUNREACH),
     }
     // SAFETY: reading the status flags of our copy (the same open file as the program's).
