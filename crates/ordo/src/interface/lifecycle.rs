@@ -115,13 +115,15 @@ impl Bringup<'_> {
             let (listener, path) =
                 uapi::listen(name).with_context(|| format!("cannot create the UAPI socket for {name}"))?;
             *device.uapi_path.lock().unwrap_or_else(|p| p.into_inner()) = Some(path.clone());
-            Some((listener, path))
+            // Taken now, before anything else could replace the socket.
+            let identity = FileIdentity::of(&path).ok();
+            Some((listener, path, identity))
         } else {
             None
         };
         // Until the interface is up, the files it made go if it fails; the UAPI socket then
         // goes by the rule of `Up::wait`.
-        let mut files = Cleanup(uapi.iter().map(|(_, path)| path.clone()).collect());
+        let mut files = Cleanup(uapi.iter().map(|(_, path, _)| path.clone()).collect());
         let (stack_parts, attach) = match self.inner {
             Inner::Tun => (None, None),
             Inner::Stack(s) => {
@@ -130,7 +132,7 @@ impl Bringup<'_> {
                 (Some((s.file, s.source, s.settings)), Some(point.listener))
             }
         };
-        daemon::exit_on_panic(uapi.as_ref().map(|(_, path)| path.clone()));
+        daemon::exit_on_panic(uapi.as_ref().map(|(_, path, _)| path.clone()));
         let metrics = (self.settings.metrics)
             .map(crate::metrics::server::Endpoint::bind)
             .transpose()?;
@@ -174,13 +176,13 @@ impl Bringup<'_> {
             m.serve(device.clone())?;
         }
         let uapi = match uapi {
-            Some((listener, path)) => {
+            Some((listener, path, identity)) => {
                 files.0.retain(|f| *f != path);
                 let d = device.clone();
                 std::thread::Builder::new()
                     .name("ordo-uapi-listen".into())
                     .spawn(move || uapi::serve(d, listener))?;
-                Some((path.clone(), FileIdentity::of(&path).ok()))
+                Some((path, identity))
             }
             None => None,
         };
