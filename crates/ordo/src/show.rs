@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The interface's report, over its UAPI socket.
 pub fn fetch(ifname: &str) -> Result<InterfaceReport> {
     let pairs = client::request(ifname, "ordo_get=1\n\n")?;
-    let (_, json) = (pairs.iter())
-        .find(|(k, _)| k == ORDO_REPORT_KEY)
-        .with_context(|| format!("{ifname} sent no report (is it an Ordo interface?)"))?;
+    let (_, json) = (pairs.iter()).find(|(k, _)| k == ORDO_REPORT_KEY).with_context(|| {
+        format!("{ifname} sent no report: not an Ordo interface, or one started by an older ordo (restart it)")
+    })?;
     serde_json::from_str(json).with_context(|| format!("{ifname}'s report"))
 }
 
