@@ -548,10 +548,7 @@ fn is_domain(s: &str) -> bool {
 /// `servers`): the first of those. None: it goes where it was sent (inside the tunnel, not
 /// to port 53, no `DNS =`, or to one of the tunnel's own servers, routed through it or not).
 pub fn dns_redirect(routes: &[Route], servers: &[IpAddr], dest: SocketAddr) -> Option<SocketAddr> {
-    let ip = match dest.ip() {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(dest.ip()),
-        v4 => v4,
-    };
+    let ip = unmapped(dest.ip());
     if dest.port() != 53 || through_tunnel(routes, ip) || servers.contains(&ip) {
         return None;
     }
@@ -559,12 +556,19 @@ pub fn dns_redirect(routes: &[Route], servers: &[IpAddr], dest: SocketAddr) -> O
     Some(SocketAddr::new(*server, 53))
 }
 
+/// Whether `ip` goes through the tunnel: in one of `routes`, and neither a loopback nor an
+/// unspecified address (an IPv4-mapped IPv6 address as the IPv4 one it is).
 pub fn through_tunnel(routes: &[Route], ip: IpAddr) -> bool {
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-        v4 => v4,
-    };
+    let ip = unmapped(ip);
     !ip.is_loopback() && !ip.is_unspecified() && routes.iter().any(|r| r.contains(ip))
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it stands for; any other as it is.
+fn unmapped(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
 }
 
 #[cfg(test)]

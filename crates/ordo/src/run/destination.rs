@@ -25,6 +25,9 @@ pub enum Refusal {
     /// A DNS query from an unconnected socket to a name server outside the tunnel while the
     /// tunnel has its own (`DNS =`).
     Dns(SocketAddr),
+    /// A DNS connect to `asked`, a name server outside the tunnel, sent to the tunnel's
+    /// `server` instead (`DNS =`), which could not be carried there.
+    DnsNotCarried { asked: SocketAddr, server: SocketAddr },
 }
 
 /// Which call gave an address: the kernel reads AF_UNSPEC differently for each.

@@ -309,7 +309,15 @@ impl Supervisor {
                     Err(errno) => {
                         respond(listener, n.id, -errno);
                         if errno == libc::ENETUNREACH {
-                            self.tell(n.pid, Refusal::Tunnel(dest));
+                            let why = if shown == dest {
+                                Refusal::Tunnel(dest)
+                            } else {
+                                Refusal::DnsNotCarried {
+                                    asked: shown,
+                                    server: dest,
+                                }
+                            };
+                            self.tell(n.pid, why);
                         }
                     }
                 }
@@ -458,6 +466,15 @@ impl Supervisor {
                     "sent a DNS query to {dest}, a name server outside the tunnel, from an unconnected socket while \
                      the tunnel has its own (DNS =): refused (ENETUNREACH) rather than let the name leave outside \
                      the tunnel (a connected socket's queries go to the tunnel's server)"
+                ),
+            ),
+            Refusal::DnsNotCarried { asked, server } => self.tell_once(
+                tid,
+                "dns",
+                &format!(
+                    "connected to {asked} for DNS, a name server outside the tunnel, which goes to the tunnel's \
+                     server {server} instead (DNS =); that connection cannot be carried (a socket neither TCP nor \
+                     UDP): refused (ENETUNREACH) rather than let the name leave outside the tunnel"
                 ),
             ),
             Refusal::Short { family, len } => self.tell_once(
