@@ -94,7 +94,7 @@ c = s['counters']
 print('lane', s['model'], '$2', c['stage_$2_packets'], c['stage_$2_wakeups'], c['stage_$2_wasted_wakeups'])
 # Queue threads released from their CPUs (device/affinity.rs): in a point-to-point run the
 # other core is busy too, so a starved queue would be released, and pinned runs faster.
-print('releases', s['model'], sum(v for k, v in c.items() if k.startswith('queue') and k.endswith('_releases')))"
+print('releases', s['model'], sum(q['releases'] for q in s['queues']))"
     done
 }
 
