@@ -51,6 +51,10 @@ AllowedIPs = 0.0.0.0/0, ::/0 # everything\nEndpoint = [2001:db8::1]:51820\nPersi
 /// Any bytes as a packet reaching the load generator's sink: parsed or refused, and what
 /// parses writes back to the same bytes.
 pub fn loadgen_wire(data: &[u8]) {
+    // No IPv4 packet is longer.
+    if data.len() > usize::from(u16::MAX) {
+        return;
+    }
     let Some((flow, header)) = wire::parse(data) else {
         return;
     };

@@ -2,6 +2,7 @@
 //! IPv4/UDP packets whose payload starts with a small header (who sent it, its sequence
 //! number, when it was sent), padded to the packet size asked for.
 
+use smoltcp::wire::{IpProtocol, Ipv4Packet, UdpPacket};
 use std::net::Ipv4Addr;
 
 /// "ORDL": marks a payload as ours, so stray datagrams are ignored rather than misread.
@@ -94,50 +95,43 @@ pub struct Flow {
     pub dport: u16,
 }
 
-/// Writes an IPv4/UDP packet of `len` bytes (`len` at least [`MIN_PACKET`]) carrying
-/// `header` into `b`; the rest of the payload is zero. The UDP checksum is left zero, which
-/// IPv4 allows ("no checksum"): the tunnel's AEAD protects the packet already.
+/// Writes an IPv4/UDP packet of `len` bytes (`len` at least [`MIN_PACKET`], at most 65,535)
+/// carrying `header` into `b`; the rest of the payload is zero. The UDP checksum is left
+/// zero, which IPv4 allows ("no checksum"): the tunnel's AEAD protects the packet already.
 pub fn build(b: &mut [u8], len: usize, flow: Flow, header: &Header) {
     let b = &mut b[..len];
     b.fill(0);
-    b[0] = 0x45;
-    b[2..4].copy_from_slice(&(len as u16).to_be_bytes());
-    b[6] = 0x40; // don't fragment
-    b[8] = 64;
-    b[9] = 17;
-    b[12..16].copy_from_slice(&flow.src.octets());
-    b[16..20].copy_from_slice(&flow.dst.octets());
-    let c = ip_checksum(&b[..IP_HEADER]);
-    b[10..12].copy_from_slice(&c.to_be_bytes());
-    let u = &mut b[IP_HEADER..];
-    u[0..2].copy_from_slice(&flow.sport.to_be_bytes());
-    u[2..4].copy_from_slice(&flow.dport.to_be_bytes());
-    u[4..6].copy_from_slice(&((len - IP_HEADER) as u16).to_be_bytes());
-    header.write(&mut u[UDP_HEADER..]);
+    let mut ip = Ipv4Packet::new_unchecked(&mut *b);
+    ip.set_version(4);
+    ip.set_header_len(IP_HEADER as u8);
+    ip.set_total_len(len as u16);
+    ip.set_dont_frag(true);
+    ip.set_hop_limit(64);
+    ip.set_next_header(IpProtocol::Udp);
+    ip.set_src_addr(flow.src);
+    ip.set_dst_addr(flow.dst);
+    ip.fill_checksum();
+    let mut udp = UdpPacket::new_unchecked(ip.payload_mut());
+    udp.set_src_port(flow.sport);
+    udp.set_dst_port(flow.dport);
+    udp.set_len((len - IP_HEADER) as u16);
+    header.write(udp.payload_mut());
 }
 
-/// The flow and our header of an IPv4/UDP packet of ours.
+/// The flow and our header of an IPv4/UDP packet of ours (no IP options).
 pub fn parse(p: &[u8]) -> Option<(Flow, Header)> {
-    if p.len() < MIN_PACKET || p[0] != 0x45 || p[9] != 17 {
+    let ip = Ipv4Packet::new_checked(p).ok()?;
+    if usize::from(ip.header_len()) != IP_HEADER || ip.next_header() != IpProtocol::Udp {
         return None;
     }
-    let ip = |i: usize| Ipv4Addr::new(p[i], p[i + 1], p[i + 2], p[i + 3]);
-    let port = |i: usize| u16::from_be_bytes([p[i], p[i + 1]]);
+    let udp = UdpPacket::new_checked(ip.payload()).ok()?;
     let flow = Flow {
-        src: ip(12),
-        sport: port(IP_HEADER),
-        dst: ip(16),
-        dport: port(IP_HEADER + 2),
+        src: ip.src_addr(),
+        sport: udp.src_port(),
+        dst: ip.dst_addr(),
+        dport: udp.dst_port(),
     };
-    Some((flow, Header::parse(&p[IP_HEADER + UDP_HEADER..])?))
-}
-
-fn ip_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+    Some((flow, Header::parse(udp.payload())?))
 }
 
 #[cfg(test)]
@@ -163,7 +157,10 @@ mod tests {
         let mut b = vec![0xaa; 200];
         build(&mut b, 100, flow, &h);
         assert_eq!(parse(&b[..100]), Some((flow, h)));
-        assert_eq!(ip_checksum(&b[..20]), 0, "a valid header sums to zero");
+        assert!(
+            Ipv4Packet::new_checked(&b[..100]).unwrap().verify_checksum(),
+            "a valid header checksum"
+        );
         assert!(parse(&b[..MIN_PACKET - 1]).is_none());
         b[IP_HEADER + UDP_HEADER] ^= 1;
         assert!(parse(&b[..100]).is_none(), "not our magic");
