@@ -3,7 +3,8 @@
 //! checksum is computed for both families: IPv6 requires it (RFC 8200 §8.1), and on IPv4 a
 //! receiver may verify what it is given.
 
-use crate::packet::ip::{fix_ip, fix_udp};
+use crate::packet::ip::{fix_udp, pseudo_sum};
+use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv6Packet, UdpPacket};
 use std::net::{IpAddr, SocketAddr};
 
 /// Where a datagram goes on the link and in the network: the kernel's route and neighbour
@@ -38,37 +39,51 @@ pub fn write_headers(path: &Path, frame: &mut [u8]) -> bool {
         return false;
     }
     let (eth, ip) = frame.split_at_mut(ETH_LEN);
+    // Ethernet by hand: smoltcp's Ethernet views come with its Ethernet medium, which the
+    // stack (IP medium) does not build.
     eth[0..6].copy_from_slice(&path.to_mac);
     eth[6..12].copy_from_slice(&path.from_mac);
-    let (v6, ip_len) = match (path.from.ip(), path.to.ip()) {
+    let (ethertype, ip_len) = match (path.from.ip(), path.to.ip()) {
         (IpAddr::V4(from), IpAddr::V4(to)) => {
-            eth[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-            ip[0] = 0x45;
-            ip[1] = 0;
-            // ID 0 (set below) with don't-fragment, as RFC 6864 allows for atomic datagrams.
-            ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
-            ip[8] = HOPS;
-            ip[9] = 17;
-            ip[12..16].copy_from_slice(&from.octets());
-            ip[16..20].copy_from_slice(&to.octets());
-            (false, 20)
+            let mut p = Ipv4Packet::new_unchecked(&mut *ip);
+            p.set_version(4);
+            p.set_header_len(20);
+            p.set_dscp(0);
+            p.set_ecn(0);
+            p.set_total_len((20 + udp_len) as u16);
+            // ID 0 with don't-fragment, as RFC 6864 allows for atomic datagrams.
+            p.set_ident(0);
+            p.set_dont_frag(true);
+            p.set_more_frags(false);
+            p.set_frag_offset(0);
+            p.set_hop_limit(HOPS);
+            p.set_next_header(IpProtocol::Udp);
+            p.set_src_addr(from);
+            p.set_dst_addr(to);
+            p.fill_checksum();
+            (0x0800u16, 20)
         }
         (IpAddr::V6(from), IpAddr::V6(to)) => {
-            eth[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
-            ip[0..4].copy_from_slice(&0x6000_0000u32.to_be_bytes());
-            ip[6] = 17;
-            ip[7] = HOPS;
-            ip[8..24].copy_from_slice(&from.octets());
-            ip[24..40].copy_from_slice(&to.octets());
-            (true, 40)
+            let mut p = Ipv6Packet::new_unchecked(&mut *ip);
+            p.set_version(6);
+            p.set_traffic_class(0);
+            p.set_flow_label(0);
+            p.set_payload_len(udp_len as u16);
+            p.set_next_header(IpProtocol::Udp);
+            p.set_hop_limit(HOPS);
+            p.set_src_addr(from);
+            p.set_dst_addr(to);
+            (0x86dd, 40)
         }
         _ => unreachable!("families checked above"),
     };
-    let pseudo = fix_ip(ip, v6, ip_len, ip_len + udp_len, Some(0), 17);
-    let udp = &mut ip[ip_len..];
-    udp[0..2].copy_from_slice(&path.from.port().to_be_bytes());
-    udp[2..4].copy_from_slice(&path.to.port().to_be_bytes());
-    fix_udp(udp, pseudo);
+    eth[12..14].copy_from_slice(&ethertype.to_be_bytes());
+    let pseudo = pseudo_sum(ip, ip_len == 40, udp_len, 17);
+    let mut udp = UdpPacket::new_unchecked(&mut ip[ip_len..]);
+    udp.set_src_port(path.from.port());
+    udp.set_dst_port(path.to.port());
+    // The length and the checksum (over the whole datagram: the crate's own AVX2 sum).
+    fix_udp(udp.into_inner(), pseudo);
     true
 }
 
