@@ -2,23 +2,33 @@
 //! tools around it are in `ordo-tools`, the `ordo` command in `ordo-cli`.
 //!
 //! The data plane, from the bottom up:
-//! - [`port`]: the inner and outer port traits and the types that cross them;
-//! - [`inner`] and [`outer`]: their backends (TUN; kernel UDP; in memory), a folder each;
+//! - [`port`]: the inner and outer port traits, the types that cross them, and ports chosen
+//!   at run time;
+//! - [`inner`] and [`outer`]: their backends (TUN, Ordo's TCP/IP stack; kernel UDP, AF_XDP;
+//!   in memory), a folder each;
 //! - [`packet`]: checksums, segmentation and coalescing any backend can use;
 //! - [`host`]: the machine's topology and load, read from sysfs and /proc;
 //! - [`placement`]: execution models, and where each peer runs (pure policy);
 //! - [`plane`]: dispatch, crypto, in-order delivery and rebalancing, generic over the ports;
 //! - [`threads`]: the threads that read the ports into the plane;
-//! - [`device`]: the plane composed over TUN and UDP, with its threads and timers.
+//! - [`health`]: the plane watching itself, and its detectors;
+//! - [`device`]: the plane composed over the chosen ports, with its threads and timers, and
+//!   its report.
 //!
 //! Around it:
+//! - [`settings`]: an interface's settings beyond WireGuard's, by name.
 //! - [`uapi`]: the cross-platform configuration socket that `wg` speaks.
+//! - [`metrics`]: the Prometheus endpoint.
 //! - [`config`]: wg-quick files.
+//! - [`daemon`]: running as a daemon: detaching, readiness, the panic hook, privileges.
+//! - [`interface`]: an interface as a whole: the one order it comes up and goes down in, and
+//!   the interfaces whose inner side is the stack.
 //! - [`quick`]: `ordo up` / `ordo down`, wg-quick's behaviour.
+//! - [`run`]: `ordo run`: a program through a private stack interface, and its supervisor.
 //! - [`netconf`]: addresses, routes and rules over rtnetlink.
 //! - [`firewall`]: wg-quick's nftables rules for a default route.
-//! - [`daemon`]: running as `ordo IFNAME`: detaching, readiness, dropping privileges.
 //! - [`secret_text`]: text with keys in it, never left behind in freed memory.
+//! - [`logging`]: the daemon's log.
 //! - [`show`]: `ordo show`.
 
 pub mod config;
