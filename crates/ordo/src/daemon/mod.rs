@@ -1,6 +1,6 @@
 //! Running as a daemon, as the xplatform interface demands: `ordo IFNAME` starts the
 //! interface detached in the background and returns only once the UAPI socket answers
-//! ([`spawn_detached`], [`report_ready`]); the detached log, the panic hook, the descriptor
+//! ([`spawn_detached`], `report_ready`); the detached log, the panic hook, the descriptor
 //! limit; the privileges given up after setup ([`privileges`]) and the process that removes
 //! the UAPI socket when the daemon ends ([`janitor`]). The order in which an interface uses
 //! them is `interface::lifecycle`'s.
@@ -31,7 +31,7 @@ pub fn spawn_detached(ifname: &str, privileges: &Privileges, settings: &[String]
 }
 
 /// Runs this executable again with `args` in the background, in a session of its own, and
-/// waits until it says it is ready ([`report_ready`]) or fails.
+/// waits until it says it is ready (`report_ready`) or fails.
 pub fn detach(args: &[std::ffi::OsString], ifname: &str) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the ordo executable")?;
     let mut cmd = Command::new(exe);

@@ -1,5 +1,5 @@
 //! What an interface reports about itself: one typed structure, [`InterfaceReport`], that the
-//! device builds ([`build`]) and every view renders: `ordo show` (text, and its JSON, which
+//! device builds (`build.rs`) and every view renders: `ordo show` (text, and its JSON, which
 //! is this structure), `ordo top`, `ordo doctor`, the metrics endpoint. The UAPI carries it
 //! to them whole, as JSON in one `ordo_report=` line of an `ordo_get` reply, so nothing is
 //! formatted into text by one side and parsed back by the other. No secret is in it.
