@@ -94,7 +94,9 @@ c = s['counters']
 print('lane', s['model'], '$2', c['stage_$2_packets'], c['stage_$2_wakeups'], c['stage_$2_wasted_wakeups'])
 # Queue threads released from their CPUs (device/affinity.rs): in a point-to-point run the
 # other core is busy too, so a starved queue would be released, and pinned runs faster.
-print('releases', s['model'], sum(q['releases'] for q in s['queues']))"
+# (An ordo from before the typed report named them in its counters.)
+print('releases', s['model'], sum(q.get('releases', 0) for q in s['queues'])
+      + sum(v for k, v in c.items() if k.startswith('queue') and k.endswith('_releases')))"
     done
 }
 
