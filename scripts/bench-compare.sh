@@ -6,6 +6,8 @@
 # falls on both alike. Prints each round and the medians, after against before. Run as root.
 #
 #   scripts/bench-compare.sh REV [ROUNDS=3]
+#
+# BEFORE=PATH names REV's `ordo` already built (its worktree's target/release/ordo) instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REV=${1:?usage: scripts/bench-compare.sh REV [ROUNDS]}
@@ -16,11 +18,14 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-git worktree add -q --detach "$WORK/before" "$REV"
-echo "bench-compare: building $REV and the working tree" >&2
-(cd "$WORK/before" && cargo build --release --locked -q)
+if [[ -z ${BEFORE:-} ]]; then
+    git worktree add -q --detach "$WORK/before" "$REV"
+    echo "bench-compare: building $REV" >&2
+    (cd "$WORK/before" && cargo build --release --locked -q)
+    BEFORE=$WORK/before/target/release/ordo
+fi
 cargo build --release --locked -q
-declare -A BIN=([before]="$WORK/before/target/release/ordo" [after]="$PWD/target/release/ordo")
+declare -A BIN=([before]="$BEFORE" [after]="$PWD/target/release/ordo")
 RESULTS=$WORK/results
 for round in $(seq "$ROUNDS"); do
     for side in before after; do
