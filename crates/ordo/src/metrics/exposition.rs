@@ -189,12 +189,10 @@ fn plane(out: &mut Vec<Family>, report: &InterfaceReport) {
             drops.add(&[("counted_by", "ordo"), ("reason", reason)], value);
         }
     }
-    for (name, value) in (report.counters.iter()).filter(|(n, _)| is_port_figure(n)) {
-        if report.levels.contains(name) {
-            state.add(&[("name", name)], *value as f64);
-        } else {
-            events.add(&[("name", name)], *value as f64);
-        }
+    // The ports' drops are in the drops family above.
+    for p in (report.port_figures.iter()).filter(|p| !p.name.starts_with("drop_")) {
+        let family = if p.level { &mut state } else { &mut events };
+        family.add(&[("name", &p.name)], count(&p.name));
     }
     out.extend([drops, state, events]);
     for (name, help, value) in [
@@ -281,22 +279,6 @@ fn plane(out: &mut Vec<Family>, report: &InterfaceReport) {
         }
     }
     out.extend([released, releases, other, idle, wait]);
-}
-
-/// Whether a figure of the report's `counters` is a port's own (not a drop, which has its
-/// family, nor one of the interface's, nor a stage's total).
-fn is_port_figure(name: &str) -> bool {
-    const INTERFACE: [&str; 8] = [
-        "handshakes_initiated",
-        "handshakes_completed",
-        "cookie_replies_sent",
-        "cookie_replies_accepted",
-        "under_load",
-        "mtu",
-        "uptime_sec",
-        "workers",
-    ];
-    !name.starts_with("drop_") && !name.starts_with("stage_") && !INTERFACE.contains(&name)
 }
 
 /// Per thread and stage, Ordo's own measure of its work, beside what the OS charged each
@@ -410,7 +392,7 @@ fn health(out: &mut Vec<Family>, report: &InterfaceReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::report::{PeerReport, PlacementReport, QueueLoad, QueueReport, WarningReport};
+    use crate::device::report::{PeerReport, PlacementReport, PortFigure, QueueLoad, QueueReport, WarningReport};
 
     /// Each figure of the report lands in its family, with its kind and labels: drops by who
     /// counted them, a port's levels as gauges and its events as counters, the interface's
@@ -452,7 +434,16 @@ mod tests {
             ]
             .map(|(k, v)| (k.to_string(), v))
             .into(),
-            levels: vec!["udp_gro".into(), "mtu".into()],
+            port_figures: [
+                ("udp_gro", true),
+                ("tun_writes", false),
+                ("drop_os_udp_receive_buffer", false),
+            ]
+            .map(|(name, level)| PortFigure {
+                name: name.into(),
+                level,
+            })
+            .into(),
             warnings: vec![WarningReport {
                 detector: "black_hole".into(),
                 text: "x".into(),

@@ -3,8 +3,8 @@
 //! ports, the threads and the health monitor count.
 
 use super::{
-    milli, CpuShow, InterfaceReport, Moves, OsTotals, PeerReport, PlacementReport, QueueLoad, QueueReport, StageShow,
-    StageTotals, ThreadShow, ThreadTotals, WarningReport,
+    milli, CpuShow, InterfaceReport, Moves, OsTotals, PeerReport, PlacementReport, PortFigure, QueueLoad, QueueReport,
+    StageShow, StageTotals, ThreadShow, ThreadTotals, WarningReport,
 };
 use crate::device::Device;
 use crate::host::topology::format_cpu_list;
@@ -78,11 +78,12 @@ impl Device {
             .collect();
         // The ports' own: their errors, the drops the kernel counted before Ordo saw a
         // packet, the offloads in use.
-        let mut levels = Vec::new();
+        let mut port_figures = Vec::new();
         for c in self.port_counters() {
-            if c.kind == CounterKind::Level {
-                levels.push(c.name.to_string());
-            }
+            port_figures.push(PortFigure {
+                name: c.name.to_string(),
+                level: c.kind == CounterKind::Level,
+            });
             counters.push((c.name.to_string(), c.value));
         }
         counters.extend([
@@ -95,7 +96,6 @@ impl Device {
             ("uptime_sec".to_string(), self.uptime().as_secs()),
             ("workers".to_string(), self.workers() as u64),
         ]);
-        levels.extend(["under_load", "mtu", "uptime_sec", "workers"].map(String::from));
         counters.extend(self.stats().stage_counters());
         let moves = self.plane.moves();
         let mut report = InterfaceReport {
@@ -108,7 +108,7 @@ impl Device {
             peers: self.placed(copied),
             queues: self.queue_reports(),
             counters: counters.into_iter().collect(),
-            levels,
+            port_figures,
             moves: Moves {
                 queue: moves.queue,
                 pool: moves.pool,

@@ -30,9 +30,9 @@ pub struct InterfaceReport {
     /// reason (`drop_*`, the kernel's as `drop_os_*`), handshakes, the ports' own figures,
     /// `mtu`, `under_load`, `uptime_sec`, `workers`, and each stage's totals (`stage_*`).
     pub counters: BTreeMap<String, u64>,
-    /// Those of `counters` that say how things stand (an offload on, how many sockets)
-    /// rather than count events.
-    pub levels: Vec<String>,
+    /// Which of `counters` are the ports' own (`Device::port_counters`), and whether each
+    /// says how things stand (an offload on, how many sockets) rather than counts events.
+    pub port_figures: Vec<PortFigure>,
     /// Peers moved by the load-aware placement, by kind of move.
     pub moves: Moves,
     /// Each data-plane thread's totals since it started.
@@ -97,6 +97,14 @@ pub struct QueueLoad {
     pub idle_permille: u64,
     /// How long the queue's thread waited to run.
     pub thread_wait_permille: u64,
+}
+
+/// One of the ports' own figures, named as in `counters`.
+#[derive(Serialize, Deserialize, Default, Debug, Clone, PartialEq)]
+pub struct PortFigure {
+    pub name: String,
+    /// A level (a gauge), not a count of events.
+    pub level: bool,
 }
 
 /// Peers moved by the placement.
@@ -237,7 +245,10 @@ mod tests {
                 }),
             }],
             counters: [("drop_replay".to_string(), 3), ("udp_gro".to_string(), 1)].into(),
-            levels: vec!["udp_gro".into()],
+            port_figures: vec![PortFigure {
+                name: "udp_gro".into(),
+                level: true,
+            }],
             moves: Moves {
                 queue: 1,
                 pool: 0,
