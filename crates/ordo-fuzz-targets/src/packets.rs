@@ -6,22 +6,23 @@ use ordo::inner::tun::vnet::{self, Unpacked, VnetHdr, VNET_HDR_LEN};
 use ordo::packet::coalesce::{self, coalesced_header, Write};
 use ordo::packet::segment::segment;
 use ordo::packet::{Offload, PartialChecksum, Segmentation};
-
-/// Room the TUN reader leaves before each packet (any value does: it must be kept).
-const HEADROOM: usize = 16;
+use ordo::port::HEADROOM;
 
 /// Any bytes as one read from TUN: a packet, its segments, or malformed; never a panic, and
 /// every segment a well-formed packet no larger than what was read.
 pub fn tun_read(data: &[u8]) {
     let mut frame = data.to_vec();
     let mut out = Vec::new();
-    match vnet::unpack(&mut frame, HEADROOM, &mut out) {
+    match vnet::unpack(&mut frame, &mut out) {
         Unpacked::Packet(p) => assert_eq!(p.len(), data.len() - VNET_HDR_LEN),
         Unpacked::Segmented(n) => {
             assert!(n >= 1 && n == out.len(), "{n} segments reported, {} made", out.len());
             for s in &out {
-                assert!(s[..HEADROOM].iter().all(|&b| b == 0), "the headroom was written");
-                let p = &s[HEADROOM..];
+                assert!(
+                    s.as_bytes()[..HEADROOM].iter().all(|&b| b == 0),
+                    "the headroom was written"
+                );
+                let p = s.packet();
                 assert!(p.len() <= data.len() - VNET_HDR_LEN, "a segment larger than the read");
                 assert_eq!(declared_len(p), Some(p.len()), "a segment's IP length is not its size");
             }
@@ -119,10 +120,7 @@ fn merged_splits_back(run: &[&[u8]]) {
     }
     assert!(merged.len() <= 65535, "a merged packet of {} bytes", merged.len());
     let mut out = Vec::new();
-    assert!(
-        segment(c.offload, &merged, 0, &mut out),
-        "a merged packet does not split"
-    );
+    assert!(segment(c.offload, &merged, &mut out), "a merged packet does not split");
     assert_eq!(
         out.len(),
         run.len(),
@@ -130,7 +128,7 @@ fn merged_splits_back(run: &[&[u8]]) {
         run.len(),
         out.len()
     );
-    for (s, p) in out.iter().zip(run) {
+    for (s, p) in out.iter().map(|s| s.packet()).zip(run) {
         assert_eq!(s.len(), p.len());
         assert_eq!(&s[from..], &p[from..], "a payload changed");
     }

@@ -1,7 +1,8 @@
 //! What the core needs to know of an inner IP packet: its version, true length (to strip
 //! padding) and addresses (for cryptokey routing).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use smoltcp::wire::{Ipv4Packet, Ipv6Packet};
+use std::net::IpAddr;
 
 /// The fields of an inner IPv4 or IPv6 header that routing needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,30 +14,25 @@ pub struct IpHeader {
 }
 
 /// Parses the start of an IP packet; None if it is not a plausible IPv4 or IPv6 packet that
-/// fits in `p`.
+/// fits in `p`: IPv4's header length at least 20 bytes and within its total length, the
+/// total length within `p`; IPv6's fixed header and payload length within `p`. What follows
+/// the declared length is padding, which the caller strips.
 pub fn parse(p: &[u8]) -> Option<IpHeader> {
     match p.first()? >> 4 {
-        4 if p.len() >= 20 => {
-            let total_len = u16::from_be_bytes([p[2], p[3]]) as usize;
-            let ihl = (p[0] & 0x0f) as usize * 4;
-            if total_len < ihl.max(20) || total_len > p.len() {
-                return None;
-            }
+        4 => {
+            let h = Ipv4Packet::new_checked(p).ok()?;
             Some(IpHeader {
-                src: IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&p[12..16]).ok()?)),
-                dst: IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&p[16..20]).ok()?)),
-                total_len,
+                src: h.src_addr().into(),
+                dst: h.dst_addr().into(),
+                total_len: usize::from(h.total_len()),
             })
         }
-        6 if p.len() >= 40 => {
-            let total_len = 40 + u16::from_be_bytes([p[4], p[5]]) as usize;
-            if total_len > p.len() {
-                return None;
-            }
+        6 => {
+            let h = Ipv6Packet::new_checked(p).ok()?;
             Some(IpHeader {
-                src: IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&p[8..24]).ok()?)),
-                dst: IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&p[24..40]).ok()?)),
-                total_len,
+                src: h.src_addr().into(),
+                dst: h.dst_addr().into(),
+                total_len: h.total_len(),
             })
         }
         _ => None,
@@ -72,6 +68,17 @@ mod tests {
             ("::1".into(), "::2".into(), 48)
         );
         assert!(parse(&v6[..30]).is_none());
+        v4[2..4].copy_from_slice(&28u16.to_be_bytes());
+        for ihl in [0u8, 4] {
+            v4[0] = 0x40 | ihl;
+            assert!(
+                parse(&v4).is_none(),
+                "an IPv4 header length of {ihl} words is below the minimum"
+            );
+        }
+        v4[0] = 0x46;
+        v4[2..4].copy_from_slice(&20u16.to_be_bytes());
+        assert!(parse(&v4).is_none(), "a header longer than the packet it declares");
         assert!(parse(&[0x50; 40]).is_none());
         assert!(parse(&[]).is_none());
     }

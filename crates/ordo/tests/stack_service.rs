@@ -7,7 +7,7 @@
 use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
 use ordo::inner::stack::service::Service;
 use ordo::inner::stack::{StackPort, StackSettings};
-use ordo::port::{InnerPort, InnerRead, HEADROOM};
+use ordo::port::{InnerPort, InnerRead};
 use ordo_attach::{Op, Reply, Request, REPLY_LEN};
 use std::io::{IoSlice, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -77,7 +77,7 @@ fn start() -> Running {
                 unsafe { libc::poll(&mut p, 1, 10) };
                 reader.read(&mut out, 64).unwrap();
                 for packet in out.drain(..) {
-                    let _ = tx.send(packet[HEADROOM..].to_vec());
+                    let _ = tx.send(packet.packet().to_vec());
                 }
             }
         })

@@ -8,9 +8,8 @@ use ordo::host::topology;
 use ordo::host::topology::Cpus;
 use ordo::placement::model::Model;
 use ordo::plane::Ctx;
-use ordo::port::{buffers, Datagram, BATCH};
+use ordo::port::{Datagram, PacketBuf, BATCH};
 use ordo::threads::READ_BATCH;
-use ordo_proto::messages::DATA_HEADER_LEN;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -143,14 +142,10 @@ pub(super) fn seal_round(
     };
     let work = |_: usize, ctx: &Ctx, (own, total): (Vec<usize>, usize)| {
         let mut made = 0;
-        let mut batch: Vec<Vec<u8>> = Vec::with_capacity(per_turn);
+        let mut batch: Vec<PacketBuf> = Vec::with_capacity(per_turn);
         while made < total {
             for _ in 0..per_turn.min(total - made) {
-                let t = &templates[own[made % own.len()]];
-                let mut b = buffers::take(DATA_HEADER_LEN + t.len() + 32);
-                b.resize(DATA_HEADER_LEN, 0);
-                b.extend_from_slice(t);
-                batch.push(b);
+                batch.push(PacketBuf::copy_of(&templates[own[made % own.len()]]));
                 made += 1;
             }
             plane.dispatch_outbound(&mut batch, ctx);

@@ -147,7 +147,7 @@ impl Client {
         packet.resize(len, 0);
         h.write(&mut packet[wire::IP_HEADER + wire::UDP_HEADER..]);
         // The IP length (and so its checksum) changes only with the size: rebuild then.
-        if u16::from_be_bytes([packet[2], packet[3]]) as usize != len {
+        if wire::built_len(packet) != len {
             wire::build(packet, len, self.flow, h);
         }
         let (now, wall) = (Instant::now(), SystemTime::now());

@@ -118,6 +118,11 @@ pub fn build(b: &mut [u8], len: usize, flow: Flow, header: &Header) {
     header.write(udp.payload_mut());
 }
 
+/// The length a packet [`build`] wrote says it has.
+pub fn built_len(p: &[u8]) -> usize {
+    usize::from(Ipv4Packet::new_unchecked(p).total_len())
+}
+
 /// The flow and our header of an IPv4/UDP packet of ours (no IP options).
 pub fn parse(p: &[u8]) -> Option<(Flow, Header)> {
     let ip = Ipv4Packet::new_checked(p).ok()?;

@@ -3,7 +3,7 @@
 //! an eventfd, so the same threads drive it as drive a TUN device.
 
 use crate::host::wakeup::Inbox;
-use crate::port::{buffers, Counter, DeliveryRun, InnerPort, InnerRead, HEADROOM, TAILROOM};
+use crate::port::{Counter, DeliveryRun, InnerPort, InnerRead, PacketBuf};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +25,7 @@ pub struct MemoryInner {
 }
 
 struct Shared {
-    queues: Vec<Inbox<Vec<u8>>>,
+    queues: Vec<Inbox<PacketBuf>>,
     /// Whether written packets are kept (tests) or only counted (`ordo bench`).
     keep: bool,
     written: Mutex<Vec<Written>>,
@@ -64,11 +64,8 @@ impl MemoryInner {
     /// Hands the plane `packet` on `queue`, as the host sending into the tunnel would; false
     /// if that queue is full.
     pub fn inject(&self, queue: usize, packet: &[u8]) -> bool {
-        let mut p = buffers::take(HEADROOM + packet.len() + TAILROOM);
-        p.resize(HEADROOM, 0);
-        p.extend_from_slice(packet);
         let queues = &self.shared.queues;
-        queues[queue % queues.len()].push(p)
+        queues[queue % queues.len()].push(PacketBuf::copy_of(packet))
     }
 
     /// The inner side goes away: the plane's readers fail, as with a deleted TUN device.
@@ -156,7 +153,7 @@ impl InnerRead for MemoryRead {
         Some(self.shared.queues[self.queue].fd())
     }
 
-    fn read(&mut self, out: &mut Vec<Vec<u8>>, max: usize) -> io::Result<()> {
+    fn read(&mut self, out: &mut Vec<PacketBuf>, max: usize) -> io::Result<()> {
         let inbox = &self.shared.queues[self.queue];
         if inbox.is_closed() {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the inner side was closed"));

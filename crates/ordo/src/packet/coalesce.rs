@@ -3,8 +3,9 @@
 //! large packet that the kernel takes in a single write, as it would from a NIC doing GRO.
 
 use super::checksum::fold;
-use super::ip::{fix_ip, ip_of, ip_same, tcp_of, udp_of, Ip, Tcp, TCP_ACK, TCP_PSH};
+use super::ip::{fix_ip, ip_of, ip_same, tcp_of, udp_of, Ip, Tcp, TCP_CHECKSUM_AT, UDP_CHECKSUM_AT, UDP_HEADER_LEN};
 use super::{Offload, PartialChecksum, Segmentation};
+use smoltcp::wire::{IpProtocol, TcpPacket, UdpPacket};
 
 /// Largest packet the kernel takes in one write.
 const MAX_COALESCED: usize = 65535;
@@ -16,19 +17,21 @@ const UDP_MAX_SEGMENTS: usize = 64;
 /// window, options and IP fields that GRO requires equal; the next sequence number; plain
 /// ACK (PSH allowed, it ends the packet).
 fn continues(first: &[u8], ft: &Tcp, prev: &Tcp, next: &[u8], nt: &Tcp) -> bool {
-    if nt.v6 != ft.v6 || nt.hdr_len != ft.hdr_len || nt.payload == 0 || nt.flags & !TCP_PSH != TCP_ACK {
+    if nt.v6 != ft.v6 || nt.hdr_len != ft.hdr_len || nt.payload == 0 || !nt.flags.plain_ack() {
         return false;
     }
     if nt.seq != prev.seq.wrapping_add(prev.payload as u32) {
         return false;
     }
-    // ports and ack number; window; options. Not sequence number, flags or checksum.
-    let (a, b) = (&first[ft.ip_len..ft.hdr_len], &next[nt.ip_len..nt.hdr_len]);
+    // Ports, ack number, window and options. Not sequence number, flags or checksum.
+    let a = TcpPacket::new_unchecked(&first[ft.ip_len..ft.hdr_len]);
+    let b = TcpPacket::new_unchecked(&next[nt.ip_len..nt.hdr_len]);
     ip_same(first, next, ft.v6)
-        && a[0..4] == b[0..4]
-        && a[8..12] == b[8..12]
-        && a[14..16] == b[14..16]
-        && a[20..] == b[20..]
+        && a.src_port() == b.src_port()
+        && a.dst_port() == b.dst_port()
+        && a.ack_number() == b.ack_number()
+        && a.window_len() == b.window_len()
+        && a.options() == b.options()
 }
 
 /// How the packets of a delivery run are written: as they are, or several merged into one.
@@ -61,9 +64,9 @@ pub fn plan(packets: &[&[u8]], udp: bool) -> Vec<Write> {
 /// The end of the run of TCP segments that starts at `i` (`i + 1` for a segment that merges
 /// with nothing after it), or None if `packets[i]` is no segment to merge.
 fn tcp_run(packets: &[&[u8]], i: usize) -> Option<usize> {
-    let ft = tcp_of(packets[i]).filter(|t| t.payload > 0 && t.flags & !TCP_PSH == TCP_ACK)?;
+    let ft = tcp_of(packets[i]).filter(|t| t.payload > 0 && t.flags.plain_ack())?;
     let (mut j, mut prev, mut total) = (i + 1, ft, packets[i].len());
-    while j < packets.len() && prev.flags & TCP_PSH == 0 && prev.payload == ft.payload {
+    while j < packets.len() && !prev.flags.psh && prev.payload == ft.payload {
         let Some(nt) = tcp_of(packets[j]) else { break };
         if nt.payload > ft.payload
             || total + nt.payload > MAX_COALESCED
@@ -93,7 +96,7 @@ fn udp_run(packets: &[&[u8]], i: usize) -> Option<usize> {
             || nu.payload > fu.payload
             || total + nu.payload > MAX_COALESCED
             || !ip_same(first, next, fu.v6)
-            || first[fu.ip_len..fu.ip_len + 4] != next[nu.ip_len..nu.ip_len + 4]
+            || !same_ports(&first[fu.ip_len..], &next[nu.ip_len..])
         {
             break;
         }
@@ -102,6 +105,12 @@ fn udp_run(packets: &[&[u8]], i: usize) -> Option<usize> {
         j += 1;
     }
     Some(j)
+}
+
+/// Whether two UDP datagrams (from their UDP header on) are of one pair of ports.
+fn same_ports(a: &[u8], b: &[u8]) -> bool {
+    let (a, b) = (UdpPacket::new_unchecked(a), UdpPacket::new_unchecked(b));
+    a.src_port() == b.src_port() && a.dst_port() == b.dst_port()
 }
 
 /// Builds one packet from a run [`plan`] made, as the kernel's GRO would: the first segment's
@@ -137,27 +146,31 @@ pub fn coalesced_header(segments: &[&[u8]]) -> Coalesced {
         protocol: proto,
     } = ip_of(first).expect("planned");
     let (hdr_len, gso_size, csum_offset) = match tcp_of(first) {
-        Some(t) => (t.hdr_len, t.payload, 16),
+        Some(t) => (t.hdr_len, t.payload, TCP_CHECKSUM_AT),
         None => {
             let u = udp_of(first).expect("planned as TCP or UDP");
-            (u.ip_len + 8, u.payload, 6)
+            (u.ip_len + UDP_HEADER_LEN, u.payload, UDP_CHECKSUM_AT)
         }
     };
     let total = hdr_len + segments.iter().map(|s| s.len() - hdr_len).sum::<usize>();
     // Room for the headers only: the payloads go out from where they lie.
     let mut head = first[..hdr_len].to_vec();
     let pseudo = fix_ip(&mut head, v6, ip_len, total, None, proto);
+    // The checksum field holds the pseudo-header sum, not inverted: CHECKSUM_PARTIAL.
     let l4 = &mut head[ip_len..];
-    if proto == 6 {
+    if proto == IpProtocol::Tcp {
         let last = tcp_of(segments[segments.len() - 1]).expect("planned as TCP");
-        l4[13] |= last.flags & TCP_PSH;
+        let mut t = TcpPacket::new_unchecked(l4);
+        t.set_psh(t.psh() || last.flags.psh);
+        t.set_checksum(fold(pseudo));
     } else {
-        l4[4..6].copy_from_slice(&((total - ip_len) as u16).to_be_bytes());
+        let mut u = UdpPacket::new_unchecked(l4);
+        u.set_len((total - ip_len) as u16);
+        u.set_checksum(fold(pseudo));
     }
-    l4[csum_offset..csum_offset + 2].copy_from_slice(&fold(pseudo).to_be_bytes());
     let segmentation = match (proto, v6) {
-        (6, false) => Segmentation::Tcp4,
-        (6, true) => Segmentation::Tcp6,
+        (IpProtocol::Tcp, false) => Segmentation::Tcp4,
+        (IpProtocol::Tcp, true) => Segmentation::Tcp6,
         _ => Segmentation::Udp,
     };
     Coalesced {
@@ -178,7 +191,7 @@ pub fn coalesced_header(segments: &[&[u8]]) -> Coalesced {
 mod tests {
     use super::*;
     use crate::packet::checksum::{complete, sum16};
-    use crate::packet::fixtures::{dgram, refs, seg, udp_checksum_ok};
+    use crate::packet::fixtures::{dgram, refs, seg, udp_checksum_ok, TCP_ACK, TCP_PSH};
     use crate::packet::segment::segment;
 
     #[test]
@@ -368,8 +381,8 @@ mod tests {
             // ...and the kernel's split (segment_uso does what it does) gives back every
             // datagram byte for byte: headers, IDs, lengths, checksums, payloads.
             let mut back = Vec::new();
-            assert!(segment(h, p, 0, &mut back));
-            assert_eq!(back, pkts);
+            assert!(segment(h, p, &mut back));
+            assert_eq!(back.iter().map(|b| b.packet()).collect::<Vec<_>>(), pkts);
         }
     }
 }

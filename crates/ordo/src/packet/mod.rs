@@ -52,7 +52,11 @@ pub(crate) mod fixtures {
     use super::checksum::{fold, sum16};
     use super::ip::fix_ip;
 
-    pub const TCP_ACK: u8 = super::ip::TCP_ACK;
+    /// TCP's flag bits as its header carries them (byte 13), for building segments by hand.
+    pub const TCP_ACK: u8 = 0x10;
+    pub const TCP_PSH: u8 = 0x08;
+    pub const TCP_FIN: u8 = 0x01;
+    pub const TCP_CWR: u8 = 0x80;
 
     /// An IPv4 TCP segment from 10.0.0.1:5201 to 10.0.0.2:40000 with a valid IP header
     /// checksum.
@@ -129,7 +133,7 @@ pub(crate) mod fixtures {
         q[0..2].copy_from_slice(&5000u16.to_be_bytes());
         q[2..4].copy_from_slice(&dport.to_be_bytes());
         q[8..].copy_from_slice(payload);
-        let pseudo = fix_ip(&mut p, v6, ip_len, total, None, 17);
+        let pseudo = fix_ip(&mut p, v6, ip_len, total, None, smoltcp::wire::IpProtocol::Udp);
         p[ip_len + 4..ip_len + 6].copy_from_slice(&((total - ip_len) as u16).to_be_bytes());
         let c = !fold(sum16(pseudo, &p[ip_len..]));
         p[ip_len + 6..ip_len + 8].copy_from_slice(&c.to_be_bytes());

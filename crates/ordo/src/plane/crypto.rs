@@ -63,10 +63,10 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
         let mut count = 0;
         for b in &mut batches {
             for (i, buf) in b.packets.iter_mut().enumerate() {
-                let len = buf.len() - DATA_HEADER_LEN;
-                let padded = ordo_proto::interface::padded_len(len, b.mtu);
-                buf.resize(DATA_HEADER_LEN + padded + ordo_proto::crypto::TAG_LEN, 0);
-                b.session.seal_at(b.first_counter + i as u64, padded, buf);
+                let padded = ordo_proto::interface::padded_len(buf.packet().len(), b.mtu);
+                buf.resize(DATA_HEADER_LEN + padded + ordo_proto::crypto::TAG_LEN);
+                b.session
+                    .seal_at(b.first_counter + i as u64, padded, buf.as_bytes_mut());
             }
             count += b.packets.len();
         }

@@ -8,7 +8,7 @@ use super::peer::{InboundBatch, OutboundBatch, PeerPlane};
 use super::stats::Stage;
 use super::{drain, Ctx, DataPlane};
 use crate::placement::model::Model;
-use crate::port::{buffers, DeliveryRun, InnerPort, OuterPort, HEADROOM};
+use crate::port::{buffers, DeliveryRun, InnerPort, OuterPort, PacketBuf, HEADROOM};
 use ordo_proto::messages::DATA_HEADER_LEN;
 use ordo_proto::{Accepted, DropReason, OpenedMessage};
 use std::sync::atomic::Ordering;
@@ -143,11 +143,11 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
         let mut next = accepted.iter().peekable();
         for (ri, r) in runs.iter_mut().enumerate() {
             let queue = r.peer.queue.load(Ordering::Relaxed);
-            let mut buffers: Vec<&mut [u8]> = Vec::new();
+            let mut buffers = Vec::new();
             for (bi, b) in r.batches.iter_mut().enumerate() {
                 for (pi, p) in b.packets.iter_mut().enumerate() {
                     if let Some(a) = next.next_if(|a| (a.run, a.batch, a.packet) == (ri, bi, pi)) {
-                        buffers.push(&mut p.data[..HEADROOM + a.len]);
+                        buffers.push(PacketBuf::borrowed(&mut p.data[..HEADROOM + a.len]));
                     }
                 }
             }
@@ -172,14 +172,14 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
         st.wasted_wakeups.fetch_add(empty as u64, Ordering::Relaxed);
         let mut sent_packets = 0;
         for b in runs.iter().flat_map(|r| &r.batches) {
-            let payloads: Vec<&[u8]> = b.packets.iter().map(Vec::as_slice).collect();
+            let payloads: Vec<&[u8]> = b.packets.iter().map(PacketBuf::as_bytes).collect();
             sent_packets += self.outer.send(b.peer.queue.load(Ordering::Relaxed), b.to, &payloads);
         }
         let transmits = {
             let (now, wall) = (Instant::now(), SystemTime::now());
             let mut core = self.core();
             for b in runs.iter().flat_map(|r| &r.batches) {
-                let bytes: usize = b.packets.iter().map(Vec::len).sum();
+                let bytes: usize = b.packets.iter().map(|p| p.as_bytes().len()).sum();
                 core.after_send(now, wall, b.peer.id, &b.session, bytes as u64, b.packets.len() as u64);
             }
             drain(&mut core)

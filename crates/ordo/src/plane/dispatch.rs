@@ -7,7 +7,7 @@ use super::crypto::Job;
 use super::peer::{InboundBatch, InboundPacket, OutboundBatch, PeerPlane};
 use super::stats::Stage;
 use super::{drain, Ctx, DataPlane};
-use crate::port::{Datagram, InnerPort, OuterPort, HEADROOM};
+use crate::port::{Datagram, InnerPort, OuterPort, PacketBuf};
 use ordo_proto::interface::{HandshakeStep, PendingInitiation};
 use ordo_proto::messages::{self, Kind};
 use ordo_proto::session::Session;
@@ -124,18 +124,17 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
         }
     }
 
-    /// The read stage's work for one batch of inner packets (each at [`HEADROOM`]`..` of its
-    /// buffer): routed, nonces reserved, per-peer work items; packets for peers without a
+    /// The read stage's work for one batch of inner packets: routed, nonces reserved, per-peer work items; packets for peers without a
     /// session wait in the core for a handshake. Returns false once the pool is gone.
-    pub fn dispatch_outbound(self: &Arc<Self>, packets: &mut Vec<Vec<u8>>, ctx: &Ctx) -> bool {
+    pub fn dispatch_outbound(self: &Arc<Self>, packets: &mut Vec<PacketBuf>, ctx: &Ctx) -> bool {
         let start = Instant::now();
         let count = packets.len();
-        let mut groups: Vec<Group<Vec<u8>>> = Vec::new();
+        let mut groups: Vec<Group<PacketBuf>> = Vec::new();
         let (mtu, transmits) = {
             let (now, wall) = (Instant::now(), SystemTime::now());
             let mut core = self.core();
             for p in packets.drain(..) {
-                let inner = &p[HEADROOM..];
+                let inner = p.packet();
                 let peer = match core.route(inner) {
                     Ok(peer) => peer,
                     Err(r) => {
@@ -172,7 +171,7 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
                 let (now, wall) = (Instant::now(), SystemTime::now());
                 let mut core = self.core();
                 for p in g.items {
-                    core.stage_and_initiate(now, wall, g.peer, p[HEADROOM..].to_vec());
+                    core.stage_and_initiate(now, wall, g.peer, p.packet().to_vec());
                 }
                 continue;
             };

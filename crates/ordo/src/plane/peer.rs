@@ -117,8 +117,8 @@ pub struct InboundBatch {
     pub packets: Vec<InboundPacket>,
 }
 
-/// Packets for one peer, sealed with consecutive counters from `first_counter`. Each buffer
-/// holds the packet at `DATA_HEADER_LEN..` and, once sealed, the whole message.
+/// Packets for one peer, sealed with consecutive counters from `first_counter`: each
+/// buffer's room takes the data message's header, and once sealed it holds the message.
 pub struct OutboundBatch {
     pub peer: Arc<PeerPlane>,
     pub session: Arc<Session>,
@@ -126,7 +126,7 @@ pub struct OutboundBatch {
     pub to: SocketAddr,
     pub mtu: usize,
     pub first_counter: u64,
-    pub packets: Vec<Vec<u8>>,
+    pub packets: Vec<crate::port::PacketBuf>,
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! port traits, so that a new backend needs no forwarding code here or in the device; the
 //! indirect call per batch costs nothing next to the system call behind it.
 
-use super::{Counter, Datagram, DeliveryRun, InnerPort, InnerRead, OuterPort, OuterReceive, SteeringException};
+use super::{
+    Counter, Datagram, DeliveryRun, InnerPort, InnerRead, OuterPort, OuterReceive, PacketBuf, SteeringException,
+};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -184,7 +186,7 @@ impl InnerRead for ChosenRead {
         (**self).wait_fd()
     }
 
-    fn read(&mut self, out: &mut Vec<Vec<u8>>, max: usize) -> io::Result<()> {
+    fn read(&mut self, out: &mut Vec<PacketBuf>, max: usize) -> io::Result<()> {
         (**self).read(out, max)
     }
 }
@@ -236,7 +238,7 @@ mod tests {
         let mut out = Vec::new();
         read.read(&mut out, 8).unwrap();
         assert_eq!(out.len(), 1);
-        assert_eq!(&out[0][crate::port::HEADROOM..], b"packet");
+        assert_eq!(out[0].packet(), b"packet");
         inner.shutdown();
         assert!(read.read(&mut out, 8).is_err(), "a shut-down port's reader fails");
     }

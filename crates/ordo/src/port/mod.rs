@@ -14,6 +14,8 @@
 pub mod buffers;
 pub mod chosen;
 
+pub use buffers::PacketBuf;
+
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -78,16 +80,14 @@ impl Counter {
     }
 }
 
-/// A peer's in-order run of accepted inner packets, as the inner port writes it. Each buffer
-/// holds its packet at [`HEADROOM`]`..`; the bytes before it are the port's to overwrite.
+/// A peer's in-order run of accepted inner packets, as the inner port writes it, each in the
+/// datagram it arrived in; the room before each is the port's to overwrite.
 pub struct DeliveryRun<'a> {
-    buffers: Vec<&'a mut [u8]>,
+    buffers: Vec<PacketBuf<&'a mut [u8]>>,
 }
 
 impl<'a> DeliveryRun<'a> {
-    /// `buffers`: each packet's buffer, cut to end where the packet ends.
-    pub fn new(buffers: Vec<&'a mut [u8]>) -> Self {
-        debug_assert!(buffers.iter().all(|b| b.len() >= HEADROOM));
+    pub fn new(buffers: Vec<PacketBuf<&'a mut [u8]>>) -> Self {
         DeliveryRun { buffers }
     }
 
@@ -101,18 +101,18 @@ impl<'a> DeliveryRun<'a> {
 
     /// Packet `i`.
     pub fn packet(&self, i: usize) -> &[u8] {
-        &self.buffers[i][HEADROOM..]
+        self.buffers[i].packet()
     }
 
     /// Every packet, in order.
     pub fn packets(&self) -> impl Iterator<Item = &[u8]> {
-        self.buffers.iter().map(|b| &b[HEADROOM..])
+        self.buffers.iter().map(|b| b.packet())
     }
 
     /// Packet `i` with the `room` bytes before it (at most [`HEADROOM`]), for a port that
     /// writes a header of its own in front.
     pub fn with_room(&mut self, i: usize, room: usize) -> &mut [u8] {
-        &mut self.buffers[i][HEADROOM - room..]
+        self.buffers[i].with_room(room)
     }
 }
 
@@ -213,8 +213,7 @@ pub trait InnerRead: Send + 'static {
     /// The descriptor to wait on, readable when packets wait.
     fn wait_fd(&mut self) -> Option<RawFd>;
 
-    /// Appends up to `max` packets without blocking, each in a buffer of its own (see
-    /// [`buffers`]) behind [`HEADROOM`] bytes and with [`TAILROOM`] to spare. An error means
-    /// the inner side is gone for good.
-    fn read(&mut self, out: &mut Vec<Vec<u8>>, max: usize) -> io::Result<()>;
+    /// Appends up to `max` packets without blocking, each in a buffer of its own. An error
+    /// means the inner side is gone for good.
+    fn read(&mut self, out: &mut Vec<PacketBuf>, max: usize) -> io::Result<()>;
 }

@@ -11,7 +11,7 @@
 
 use crate::placement::INTERVAL as PLACEMENT_INTERVAL;
 use crate::plane::{pin, DataPlane};
-use crate::port::{InnerPort, InnerRead, OuterPort, OuterReceive, BATCH, RECEIVE_WAIT};
+use crate::port::{InnerPort, InnerRead, OuterPort, OuterReceive, PacketBuf, BATCH, RECEIVE_WAIT};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -206,7 +206,7 @@ pub fn queue_loop<I: InnerPort, O: OuterPort>(plane: &Arc<DataPlane<I, O>>, queu
     let ctx = plane.register(&format!("queue{queue}"), queue);
     let mut outer = plane.outer.receivers(queue);
     let mut inner = plane.inner.reader(queue);
-    let mut packets: Vec<Vec<u8>> = Vec::with_capacity(READ_BATCH);
+    let mut packets: Vec<PacketBuf> = Vec::with_capacity(READ_BATCH);
     let mut datagrams = Vec::with_capacity(BATCH);
     let (mut fds, mut halves) = (Vec::new(), Vec::new());
     // Whether the last turn found work: then the next wait only looks (timeout 0) instead of
@@ -299,7 +299,7 @@ pub fn receive_loop<I: InnerPort, O: OuterPort>(
 pub fn read_loop<I: InnerPort, O: OuterPort>(plane: &Arc<DataPlane<I, O>>, stop: &Stop) -> Exit {
     let ctx = plane.register("read", 0);
     let mut reader = plane.inner.reader(0);
-    let mut packets: Vec<Vec<u8>> = Vec::with_capacity(BATCH);
+    let mut packets: Vec<PacketBuf> = Vec::with_capacity(BATCH);
     while !stop.is_requested() {
         packets.clear();
         if let Err(e) = reader.read(&mut packets, BATCH) {

@@ -7,13 +7,13 @@
 //! TUN's TSO packets), so that the stack's per-segment work is done once per 64 KB.
 
 use crate::host::wakeup::Inbox;
-use crate::packet::checksum::{fold, sum16};
-use crate::packet::ip::fix_ip;
+use crate::packet::ip::{fix_ip, fix_tcp, ip_header, tcp_header_len, TCP_CHECKSUM_AT, TCP_HEADER_LEN};
 use crate::packet::segment::segment_tso;
 use crate::packet::{Offload, PartialChecksum, Segmentation};
-use crate::port::{buffers, HEADROOM, TAILROOM};
+use crate::port::{buffers, PacketBuf};
 use smoltcp::phy::{self, Checksum, DeviceCapabilities, Medium, PacketMeta};
 use smoltcp::time::Instant;
+use smoltcp::wire::IpProtocol;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,9 +21,9 @@ use std::sync::Arc;
 /// The packets between the plane and the stack, and what their passing counts.
 pub struct Wires {
     /// Packets the plane delivered, for the stack's next turn.
-    pub to_stack: Inbox<Vec<u8>>,
+    pub to_stack: Inbox<PacketBuf>,
     /// Packets the stack made, for the plane's reader (the port's queue 0).
-    pub to_plane: Inbox<Vec<u8>>,
+    pub to_plane: Inbox<PacketBuf>,
     pub packets_in: AtomicU64,
     pub packets_out: AtomicU64,
     /// Applications' datagrams the stack did not carry, by reason.
@@ -38,8 +38,8 @@ pub struct Wires {
 pub struct Link {
     pub wires: Arc<Wires>,
     pub mtu: usize,
-    pending: VecDeque<Vec<u8>>,
-    taken: Vec<Vec<u8>>,
+    pending: VecDeque<PacketBuf>,
+    taken: Vec<PacketBuf>,
 }
 
 /// Delivered packets taken from the inbox per turn of the stack.
@@ -65,7 +65,7 @@ impl Link {
 /// The largest packet smoltcp may hand over for segmentation.
 const TSO_MAX: usize = 65535;
 
-pub struct Rx(Vec<u8>);
+pub struct Rx(PacketBuf);
 pub struct Tx<'a> {
     wires: &'a Wires,
     /// The segment size smoltcp asks for, when the packet is to be segmented.
@@ -80,7 +80,7 @@ impl<'a> Tx<'a> {
         }
     }
 
-    fn push(&self, p: Vec<u8>) {
+    fn push(&self, p: PacketBuf) {
         // A full inbox drops the packet, counted there; TCP sends it again.
         if self.wires.to_plane.push(p) {
             self.wires.packets_out.fetch_add(1, Ordering::Relaxed);
@@ -91,26 +91,22 @@ impl<'a> Tx<'a> {
 /// The offload of a TCP packet smoltcp asked to have cut into `mss`-byte segments (the
 /// transport header starts after the IP header; its checksum is recomputed per segment).
 fn tcp_offload(p: &[u8], mss: u16) -> Option<Offload> {
-    let (segmentation, ip_len) = match p.first()? >> 4 {
-        4 => (Segmentation::Tcp4, usize::from(p[0] & 0x0f) * 4),
-        6 if p.len() > 40 && p[6] == 6 => (Segmentation::Tcp6, 40),
-        _ => return None,
-    };
-    let doff = usize::from(p.get(ip_len + 12)? >> 4) * 4;
+    let ip = ip_header(p).filter(|ip| ip.protocol == IpProtocol::Tcp)?;
+    let tcp_len = tcp_header_len(&p[ip.header_len..])?;
     Some(Offload {
-        segmentation,
-        header_len: u16::try_from(ip_len + doff).ok()?,
+        segmentation: if ip.v6 { Segmentation::Tcp6 } else { Segmentation::Tcp4 },
+        header_len: u16::try_from(ip.header_len + tcp_len).ok()?,
         segment_size: mss,
         checksum: Some(PartialChecksum {
-            start: u16::try_from(ip_len).ok()?,
-            offset: 16,
+            start: u16::try_from(ip.header_len).ok()?,
+            offset: TCP_CHECKSUM_AT as u16,
         }),
     })
 }
 
 impl phy::RxToken for Rx {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        let r = f(&self.0);
+        let r = f(self.0.packet());
         buffers::give([self.0]);
         r
     }
@@ -119,41 +115,35 @@ impl phy::RxToken for Rx {
 /// Computes the TCP checksum of a packet smoltcp made without it (the device offers
 /// checksum offload, which segmentation offload requires); other packets are left alone.
 pub(super) fn tcp_checksum(p: &mut [u8]) {
-    let (v6, ip_len) = match p.first().map(|b| b >> 4) {
-        Some(4) if p.len() >= 20 && p[9] == 6 => (false, usize::from(p[0] & 0x0f) * 4),
-        Some(6) if p.len() >= 40 && p[6] == 6 => (true, 40),
-        _ => return,
+    let Some(ip) = ip_header(p).filter(|ip| ip.protocol == IpProtocol::Tcp) else {
+        return;
     };
-    if p.len() < ip_len + 20 {
+    if p.len() < ip.header_len + TCP_HEADER_LEN {
         return;
     }
     let total = p.len();
-    let pseudo = fix_ip(p, v6, ip_len, total, None, 6);
-    let t = &mut p[ip_len..];
-    t[16..18].fill(0);
-    let c = !fold(sum16(pseudo, t));
-    t[16..18].copy_from_slice(&c.to_be_bytes());
+    let pseudo = fix_ip(p, ip.v6, ip.header_len, total, None, IpProtocol::Tcp);
+    fix_tcp(&mut p[ip.header_len..], pseudo);
 }
 
 impl phy::TxToken for Tx<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let mut p = buffers::take(HEADROOM + len + TAILROOM);
-        p.resize(HEADROOM + len, 0);
-        let r = f(&mut p[HEADROOM..]);
-        let offload = self.segment_size.and_then(|mss| tcp_offload(&p[HEADROOM..], mss));
+        let mut p = PacketBuf::zeroed(len);
+        let r = f(p.packet_mut());
+        let offload = self.segment_size.and_then(|mss| tcp_offload(p.packet(), mss));
         match offload {
             Some(o) => {
                 let mut segments = Vec::new();
                 // A packet that does not match its offload (which smoltcp does not make) is
                 // dropped whole: TCP sends it again.
-                segment_tso(o, &p[HEADROOM..], HEADROOM, &mut segments);
+                segment_tso(o, p.packet(), &mut segments);
                 buffers::give([p]);
                 for s in segments {
                     self.push(s);
                 }
             }
             None => {
-                tcp_checksum(&mut p[HEADROOM..]);
+                tcp_checksum(p.packet_mut());
                 self.push(p);
             }
         }
@@ -221,11 +211,11 @@ mod tests {
         let big = seg(7, &payload, TCP_ACK);
         let o = tcp_offload(&big, 1380).expect("an IPv4 TCP packet");
         let mut out = Vec::new();
-        assert!(segment_tso(o, &big, HEADROOM, &mut out));
+        assert!(segment_tso(o, &big, &mut out));
         assert_eq!(out.len(), 4);
         let mut joined = Vec::new();
         for s in &out {
-            let p = &s[HEADROOM..];
+            let p = s.packet();
             assert!(tcp_checksum_ok(p, 20));
             joined.extend_from_slice(&p[40..]);
         }

@@ -26,7 +26,7 @@ pub use settings::{Attachers, Guests, StackSettings};
 use crate::host::wakeup::Inbox;
 use crate::packet::coalesce::{self, coalesced_header, Coalesced};
 use crate::packet::ip::{tcp_checksum_ok, tcp_of};
-use crate::port::{buffers, Counter, DeliveryRun, InnerPort, InnerRead};
+use crate::port::{Counter, DeliveryRun, InnerPort, InnerRead, PacketBuf};
 use link::Wires;
 use service::Stack;
 use std::io;
@@ -41,7 +41,7 @@ pub struct StackPort {
     stack: Arc<Stack>,
     /// Read halves of queues other than 0: the stack writes everything to queue 0, so these
     /// never have anything (one inbox each, so each reader has a descriptor to wait on).
-    idle: Vec<Arc<Inbox<Vec<u8>>>>,
+    idle: Vec<Arc<Inbox<PacketBuf>>>,
     mtu: usize,
 }
 
@@ -106,11 +106,7 @@ impl InnerPort for StackPort {
             .collect();
         for w in coalesce::plan(&packets, false) {
             let packet = match w {
-                coalesce::Write::Single(i) => {
-                    let mut copy = buffers::take(packets[i].len());
-                    copy.extend_from_slice(packets[i]);
-                    copy
-                }
+                coalesce::Write::Single(i) => PacketBuf::copy_of(packets[i]),
                 coalesce::Write::Coalesced(a, b) => {
                     wires.segments_merged.fetch_add((b - a) as u64, Ordering::Relaxed);
                     merge(&packets[a..b])
@@ -163,14 +159,14 @@ impl InnerPort for StackPort {
 /// One packet of a run of segments [`coalesce::plan`] found: the first's headers, fixed for
 /// the whole, and every payload. Its TCP checksum is left as the pseudo-header's partial
 /// sum: the segments' were verified, and smoltcp does not look.
-fn merge(segments: &[&[u8]]) -> Vec<u8> {
+fn merge(segments: &[&[u8]]) -> PacketBuf {
     let Coalesced { offload, head } = coalesced_header(segments);
     let from = usize::from(offload.header_len);
     let total = head.len() + segments.iter().map(|s| s.len() - from).sum::<usize>();
-    let mut packet = Vec::with_capacity(total);
-    packet.extend_from_slice(&head);
+    let mut packet = PacketBuf::with_capacity(total);
+    packet.push(&head);
     for s in segments {
-        packet.extend_from_slice(&s[from..]);
+        packet.push(&s[from..]);
     }
     packet
 }
@@ -179,7 +175,7 @@ fn merge(segments: &[&[u8]]) -> Vec<u8> {
 /// inbox that stays empty until the port closes.
 pub struct StackRead {
     stack: Arc<Stack>,
-    idle: Option<Arc<Inbox<Vec<u8>>>>,
+    idle: Option<Arc<Inbox<PacketBuf>>>,
 }
 
 impl InnerRead for StackRead {
@@ -190,7 +186,7 @@ impl InnerRead for StackRead {
         })
     }
 
-    fn read(&mut self, out: &mut Vec<Vec<u8>>, max: usize) -> io::Result<()> {
+    fn read(&mut self, out: &mut Vec<PacketBuf>, max: usize) -> io::Result<()> {
         let to_plane = &self.stack.wires.to_plane;
         if to_plane.is_closed() {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the stack was closed"));
@@ -214,8 +210,7 @@ impl InnerRead for StackRead {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::fixtures::{seg, TCP_ACK};
-    use crate::packet::ip::TCP_PSH;
+    use crate::packet::fixtures::{seg, TCP_ACK, TCP_PSH};
     use crate::port::HEADROOM;
 
     fn checksummed(mut p: Vec<u8>) -> Vec<u8> {
@@ -229,11 +224,11 @@ mod tests {
             .iter()
             .map(|p| [vec![0; HEADROOM], p.clone()].concat())
             .collect();
-        let mut run = DeliveryRun::new(buffers.iter_mut().map(|b| b.as_mut_slice()).collect());
+        let mut run = DeliveryRun::new(buffers.iter_mut().map(|b| PacketBuf::borrowed(b)).collect());
         port.write(0, &mut run);
         let mut out = Vec::new();
         port.stack.wires.to_stack.take(&mut out, 64);
-        out
+        out.iter().map(|p| p.packet().to_vec()).collect()
     }
 
     fn counter(port: &StackPort, name: &str) -> u64 {
@@ -258,7 +253,7 @@ mod tests {
         assert_eq!(got.len(), 2, "the three in order merged, the one after a gap alone");
         let merged = tcp_of(&got[0]).expect("a TCP packet whose lengths add up");
         assert_eq!(merged.seq, 1000);
-        assert_eq!(merged.flags, TCP_ACK | TCP_PSH, "the last segment's PSH");
+        assert!(merged.flags.ack && merged.flags.psh, "the last segment's PSH");
         let payload = &got[0][merged.hdr_len..];
         assert_eq!(payload, [[1u8; 100].as_slice(), &[2; 100], &[3; 60]].concat());
         assert_eq!(got[1], gap);

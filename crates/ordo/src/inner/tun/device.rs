@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use super::vnet::{self, Unpacked};
-use crate::port::{buffers, TAILROOM};
+use crate::port::PacketBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
@@ -128,16 +128,10 @@ impl Tun {
         })
     }
 
-    /// Reads up to `max` packets without waiting; each is copied into a buffer of its own
-    /// behind `headroom` zero bytes, with room reserved for padding and tag. A TSO or USO packet
-    /// becomes its segments; a malformed one is dropped. An error means the device is gone.
-    pub fn read_batch(
-        &self,
-        scratch: &mut [u8],
-        out: &mut Vec<Vec<u8>>,
-        max: usize,
-        headroom: usize,
-    ) -> io::Result<()> {
+    /// Reads up to `max` packets without waiting; each is copied into a buffer of its own. A
+    /// TSO or USO packet becomes its segments; a malformed one is dropped. An error means the
+    /// device is gone.
+    pub fn read_batch(&self, scratch: &mut [u8], out: &mut Vec<PacketBuf>, max: usize) -> io::Result<()> {
         while out.len() < max {
             let n = match self.read(scratch) {
                 Ok(n) => n,
@@ -146,7 +140,7 @@ impl Tun {
                 Err(e) => return Err(e),
             };
             let packet = if self.vnet_hdr {
-                match vnet::unpack(&mut scratch[..n], headroom, out) {
+                match vnet::unpack(&mut scratch[..n], out) {
                     Unpacked::Packet(p) => p,
                     Unpacked::Segmented(_) => continue,
                     Unpacked::Malformed => {
@@ -157,10 +151,7 @@ impl Tun {
             } else {
                 &scratch[..n]
             };
-            let mut p = buffers::take(headroom + packet.len() + TAILROOM);
-            p.resize(headroom, 0);
-            p.extend_from_slice(packet);
-            out.push(p);
+            out.push(PacketBuf::copy_of(packet));
         }
         Ok(())
     }

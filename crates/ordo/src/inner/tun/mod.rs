@@ -8,7 +8,7 @@ pub mod drops;
 pub mod vnet;
 
 use crate::packet::coalesce::{self, coalesced_header, Coalesced};
-use crate::port::{Counter, DeliveryRun, InnerPort, InnerRead, HEADROOM, MAX_PACKET};
+use crate::port::{Counter, DeliveryRun, InnerPort, InnerRead, PacketBuf, MAX_PACKET};
 use device::Tun;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
@@ -162,7 +162,7 @@ impl InnerRead for TunRead {
         Some(self.tun.as_raw_fd())
     }
 
-    fn read(&mut self, out: &mut Vec<Vec<u8>>, max: usize) -> io::Result<()> {
-        self.tun.read_batch(&mut self.scratch, out, max, HEADROOM)
+    fn read(&mut self, out: &mut Vec<PacketBuf>, max: usize) -> io::Result<()> {
+        self.tun.read_batch(&mut self.scratch, out, max)
     }
 }

@@ -3,6 +3,7 @@
 //! backend-neutral [`Offload`] that the packet helpers speak.
 
 use crate::packet::{checksum, segment, Offload, PartialChecksum, Segmentation};
+use crate::port::PacketBuf;
 
 /// struct virtio_net_hdr: flags, gso_type, hdr_len, gso_size, csum_start, csum_offset.
 pub const VNET_HDR_LEN: usize = 10;
@@ -110,9 +111,9 @@ pub enum Unpacked<'a> {
 }
 
 /// Unpacks one read (`frame`: the virtio-net header, then the packet): a TSO or USO packet is
-/// split into `out`, each behind `headroom` zero bytes; a partial checksum is completed in
-/// place. The kernel is the only writer, but what it hands over is checked all the same.
-pub fn unpack<'a>(frame: &'a mut [u8], headroom: usize, out: &mut Vec<Vec<u8>>) -> Unpacked<'a> {
+/// split into `out`; a partial checksum is completed in place. The kernel is the only
+/// writer, but what it hands over is checked all the same.
+pub fn unpack<'a>(frame: &'a mut [u8], out: &mut Vec<PacketBuf>) -> Unpacked<'a> {
     if frame.len() < VNET_HDR_LEN {
         return Unpacked::Malformed;
     }
@@ -122,7 +123,7 @@ pub fn unpack<'a>(frame: &'a mut [u8], headroom: usize, out: &mut Vec<Vec<u8>>) 
     let packet = &mut frame[VNET_HDR_LEN..];
     if offload.segmentation != Segmentation::None {
         let before = out.len();
-        return match segment::segment(offload, packet, headroom, out) {
+        return match segment::segment(offload, packet, out) {
             true => Unpacked::Segmented(out.len() - before),
             false => Unpacked::Malformed,
         };
@@ -194,10 +195,10 @@ mod tests {
         };
         let mut out = Vec::new();
         let one = seg(1000, &[7; 100], TCP_ACK);
-        assert_eq!(unpack(&mut frame(PLAIN, &one), 4, &mut out), Unpacked::Packet(&one[..]));
-        assert_eq!(unpack(&mut [0u8; VNET_HDR_LEN - 1], 4, &mut out), Unpacked::Malformed);
+        assert_eq!(unpack(&mut frame(PLAIN, &one), &mut out), Unpacked::Packet(&one[..]));
+        assert_eq!(unpack(&mut [0u8; VNET_HDR_LEN - 1], &mut out), Unpacked::Malformed);
         let ufo = VnetHdr { gso_type: 3, ..PLAIN };
-        assert_eq!(unpack(&mut frame(ufo, &one), 4, &mut out), Unpacked::Malformed);
+        assert_eq!(unpack(&mut frame(ufo, &one), &mut out), Unpacked::Malformed);
         // A partial checksum whose field lies past the packet's end.
         let past = VnetHdr {
             flags: F_NEEDS_CSUM,
@@ -205,7 +206,7 @@ mod tests {
             csum_offset: 16,
             ..PLAIN
         };
-        assert_eq!(unpack(&mut frame(past, &one), 4, &mut out), Unpacked::Malformed);
+        assert_eq!(unpack(&mut frame(past, &one), &mut out), Unpacked::Malformed);
         assert!(out.is_empty());
         // A TSO packet of three segments' payload.
         let big = seg(1000, &[9; 300], TCP_ACK);
@@ -217,15 +218,17 @@ mod tests {
             csum_start: 20,
             csum_offset: 16,
         };
-        assert_eq!(unpack(&mut frame(tso, &big), 4, &mut out), Unpacked::Segmented(3));
+        assert_eq!(unpack(&mut frame(tso, &big), &mut out), Unpacked::Segmented(3));
         assert_eq!(out.len(), 3);
-        assert!(out.iter().all(|p| p.len() == 4 + 40 + 100 && p[44..] == [9; 100]));
+        assert!(out
+            .iter()
+            .all(|p| p.packet().len() == 40 + 100 && p.packet()[40..] == [9; 100]));
         // Its header naming the other IP version.
         let lying = VnetHdr {
             gso_type: GSO_TCPV6,
             ..tso
         };
-        assert_eq!(unpack(&mut frame(lying, &big), 4, &mut out), Unpacked::Malformed);
+        assert_eq!(unpack(&mut frame(lying, &big), &mut out), Unpacked::Malformed);
         assert_eq!(out.len(), 3);
     }
 }

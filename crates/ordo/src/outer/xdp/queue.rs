@@ -11,11 +11,10 @@
 //! the socket (each wait for received frames) would also send what the TX ring holds, under
 //! the socket mutex the sending thread takes (`xsk_poll`, net/xdp/xsk.c).
 
-use super::frame::{header_len, write_headers, Path};
+use super::frame::{header_len, parse, write_headers, Path};
 use crate::port::Datagram;
 use bytes::BytesMut;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use xdp::slab::{HeapSlab, Slab};
@@ -265,52 +264,6 @@ pub struct XskQueue {
 // that receives on one thread and sends on another (tests/xdp.rs).
 unsafe impl Send for XskQueue {}
 
-/// Where a received datagram came from and where its payload lies in its frame.
-#[derive(Debug, PartialEq, Eq)]
-struct Received {
-    src: SocketAddr,
-    payload: std::ops::Range<usize>,
-}
-
-/// Reads a frame the program redirected: Ethernet, IPv4 without options or IPv6, UDP. None
-/// for anything else, or lengths that do not add up.
-fn parse(frame: &[u8]) -> Option<Received> {
-    let ethertype = u16::from_be_bytes(frame.get(12..14)?.try_into().ok()?);
-    let (src, udp_at, ip_end): (IpAddr, usize, usize) = match ethertype {
-        0x0800 => {
-            let ip = frame.get(14..34)?;
-            if ip[0] != 0x45 || ip[9] != 17 {
-                return None;
-            }
-            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-            let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-            (src.into(), 34, 14 + total)
-        }
-        0x86dd => {
-            let ip = frame.get(14..54)?;
-            if ip[6] != 17 {
-                return None;
-            }
-            let payload = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
-            let src: [u8; 16] = ip[8..24].try_into().ok()?;
-            (Ipv6Addr::from(src).into(), 54, 54 + payload)
-        }
-        _ => return None,
-    };
-    let udp = frame.get(udp_at..udp_at + 8)?;
-    let len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
-    // The IP length may be less than the frame (Ethernet pads short frames), never more;
-    // UDP's must end where IP's does.
-    if ip_end > frame.len() || len < 8 || udp_at + len != ip_end {
-        return None;
-    }
-    let port = u16::from_be_bytes([udp[0], udp[1]]);
-    Some(Received {
-        src: SocketAddr::new(src, port),
-        payload: udp_at + 8..ip_end,
-    })
-}
-
 impl XskQueue {
     /// A socket on NIC queue `queue` of interface `ifindex`: zero-copy where the driver
     /// offers it, else copy mode.
@@ -550,43 +503,5 @@ impl XskQueue {
 impl AsRawFd for XskQueue {
     fn as_raw_fd(&self) -> RawFd {
         self.socket.as_raw_fd()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn frame_to(path: &Path, payload: &[u8]) -> Vec<u8> {
-        let mut f = vec![0u8; header_len(path) + payload.len()];
-        f[header_len(path)..].copy_from_slice(payload);
-        assert!(write_headers(path, &mut f));
-        f
-    }
-
-    #[test]
-    fn a_frame_ordo_writes_parses_back_to_its_source_and_payload() {
-        for (from, to) in [
-            ("192.0.2.2:40000", "192.0.2.1:51820"),
-            ("[fd00::2]:40000", "[fd00::1]:51820"),
-        ] {
-            let path = Path {
-                from_mac: [2, 0, 0, 0, 0, 2],
-                to_mac: [2, 0, 0, 0, 0, 1],
-                from: from.parse().unwrap(),
-                to: to.parse().unwrap(),
-            };
-            let f = frame_to(&path, b"a message");
-            let r = parse(&f).expect("ours");
-            assert_eq!(r.src, path.from);
-            assert_eq!(&f[r.payload], b"a message");
-            // Ethernet padding after the datagram is not payload.
-            let mut padded = f.clone();
-            padded.extend_from_slice(&[0; 9]);
-            assert_eq!(&padded[parse(&padded).unwrap().payload], b"a message");
-            // Cut short: not a datagram.
-            assert_eq!(parse(&f[..f.len() - 1]), None);
-        }
-        assert_eq!(parse(&[0u8; 10]), None);
     }
 }
