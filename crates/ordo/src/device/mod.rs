@@ -6,6 +6,7 @@
 //! ports and one thread for the timers and the placement. Everything below knows nothing of
 //! the device.
 
+pub mod peers;
 pub mod report;
 
 use crate::inner::stack::service::Stack;

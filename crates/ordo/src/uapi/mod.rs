@@ -5,12 +5,12 @@ pub mod client;
 mod connections;
 pub mod protocol;
 
+use crate::device::peers::CoreCopy;
 use crate::device::Device;
 use crate::secret_text::{SecretReader, SecretText};
 use connections::{Connections, MarkBusy, MarkIdle, Slot};
-use ordo_proto::{PeerId, PresharedKey};
+use ordo_proto::PresharedKey;
 use protocol::{AllowedIpChange, DeviceView, Operation, PeerView, SetPlan, UapiError};
-use std::collections::HashMap;
 use std::io::{self, BufRead, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -306,39 +306,23 @@ fn plain(text: String) -> SecretText {
     t
 }
 
-/// What `get` reports. The core's lock, which forwarding needs too, is held only to copy
-/// the peers and the allowed IPs out (one pass over the table, not one per peer); they are
-/// put together after it is released.
+/// What `get` reports, the core's lock held only to copy (see `device::peers`).
 fn view(device: &Device) -> DeviceView {
     let (listen_port, fwmark) = (device.listen_port(), device.fwmark());
-    let (private_key, peers, prefixes) = {
+    let (private_key, copied) = {
         let core = device.core();
-        let prefixes: Vec<(ipnet::IpNet, PeerId)> = core.allowed_ips().entries().collect();
-        let peers: Vec<(PeerId, PeerView)> = (core.peers())
-            .map(|(id, p)| {
-                let view = PeerView {
-                    public_key: p.public_key,
-                    preshared_key: Box::new(p.preshared_key().clone()),
-                    endpoint: p.endpoint,
-                    last_handshake: p.last_handshake,
-                    tx_bytes: p.tx_bytes,
-                    rx_bytes: p.rx_bytes,
-                    persistent_keepalive: p.persistent_keepalive,
-                    allowed_ips: Vec::new(),
-                };
-                (id, view)
-            })
-            .collect();
-        (core.private_key().cloned(), peers, prefixes)
+        (core.private_key().cloned(), CoreCopy::of(&core))
     };
-    let mut allowed: HashMap<PeerId, Vec<ipnet::IpNet>> = HashMap::new();
-    for (net, id) in prefixes {
-        allowed.entry(id).or_default().push(net);
-    }
-    let peers = (peers.into_iter())
-        .map(|(id, view)| PeerView {
-            allowed_ips: allowed.remove(&id).unwrap_or_default(),
-            ..view
+    let peers = (copied.peers().into_iter())
+        .map(|p| PeerView {
+            public_key: p.public_key,
+            preshared_key: p.preshared_key,
+            endpoint: p.endpoint,
+            last_handshake: p.last_handshake,
+            tx_bytes: p.tx_bytes,
+            rx_bytes: p.rx_bytes,
+            persistent_keepalive: p.persistent_keepalive,
+            allowed_ips: p.allowed_ips,
         })
         .collect();
     DeviceView {

@@ -6,57 +6,17 @@ use super::{
     milli, CpuShow, InterfaceReport, Moves, OsTotals, PeerReport, PlacementReport, PortFigure, QueueLoad, QueueReport,
     StageShow, StageTotals, ThreadShow, ThreadTotals, WarningReport,
 };
+use crate::device::peers::CoreCopy;
 use crate::device::Device;
 use crate::host::topology::format_cpu_list;
 use crate::placement::model::Model;
 use crate::plane::stats::Stage;
 use crate::port::CounterKind;
 use ipnet::IpNet;
-use ordo_proto::interface::Interface;
-use ordo_proto::{DropReason, PeerId, PublicKey};
+use ordo_proto::{DropReason, PeerId};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Instant, UNIX_EPOCH};
-
-/// A peer as the core holds it, before its placement is read.
-struct CorePeer {
-    id: PeerId,
-    /// Its queue, as the core steers it.
-    queue: u32,
-    public_key: PublicKey,
-    preshared_key: bool,
-    endpoint: Option<std::net::SocketAddr>,
-    last_handshake: Option<std::time::SystemTime>,
-    rx_bytes: u64,
-    tx_bytes: u64,
-    persistent_keepalive: u16,
-}
-
-/// The peers and allowed IPs as the core holds them.
-struct CorePeers {
-    peers: Vec<CorePeer>,
-    prefixes: Vec<(IpNet, PeerId)>,
-}
-
-impl CorePeers {
-    fn copy(core: &Interface) -> CorePeers {
-        let prefixes: Vec<(IpNet, PeerId)> = core.allowed_ips().entries().collect();
-        let peers = (core.peers())
-            .map(|(id, p)| CorePeer {
-                id,
-                queue: p.queue,
-                public_key: p.public_key,
-                preshared_key: !p.preshared_key().is_zero(),
-                endpoint: p.endpoint,
-                last_handshake: p.last_handshake,
-                rx_bytes: p.rx_bytes,
-                tx_bytes: p.tx_bytes,
-                persistent_keepalive: p.persistent_keepalive,
-            })
-            .collect();
-        CorePeers { peers, prefixes }
-    }
-}
 
 impl Device {
     /// The whole report: the core's part copied under one hold of its lock, the rest read
@@ -65,7 +25,7 @@ impl Device {
         let (copied, public_key, stats, under_load, mtu) = {
             let core = self.core();
             (
-                CorePeers::copy(&core),
+                CoreCopy::of(&core),
                 core.private_key().map(|k| k.public_key().to_base64()),
                 core.stats.clone(),
                 core.under_load(Instant::now()),
@@ -227,16 +187,11 @@ impl Device {
     }
 
     /// The peers with their allowed IPs and where the plane runs them.
-    fn placed(&self, copied: CorePeers) -> Vec<PeerReport> {
-        let CorePeers { peers, prefixes } = copied;
-        let mut allowed: HashMap<PeerId, Vec<IpNet>> = HashMap::new();
-        for (net, id) in prefixes {
-            allowed.entry(id).or_default().push(net);
-        }
+    fn placed(&self, copied: CoreCopy) -> Vec<PeerReport> {
         let plan = &self.plane.plan;
         let planes: HashMap<PeerId, _> = self.plane.peer_planes().into_iter().map(|p| (p.id, p)).collect();
         let affinity = self.plane.queue_affinity();
-        (peers.into_iter())
+        (copied.peers().into_iter())
             .map(|p| {
                 let plane = planes.get(&p.id);
                 let spread = plane.map_or(matches!(plan.model, Model::Pool | Model::Threaded), |x| {
@@ -264,11 +219,9 @@ impl Device {
                 let handshake = p.last_handshake.and_then(|t| t.duration_since(UNIX_EPOCH).ok());
                 PeerReport {
                     public_key: p.public_key.to_base64(),
-                    preshared_key: p.preshared_key,
+                    preshared_key: !p.preshared_key.is_zero(),
                     endpoint: p.endpoint.map(|e| e.to_string()),
-                    allowed_ips: (allowed.remove(&p.id).unwrap_or_default().iter())
-                        .map(IpNet::to_string)
-                        .collect(),
+                    allowed_ips: p.allowed_ips.iter().map(IpNet::to_string).collect(),
                     latest_handshake: handshake.map_or(0, |d| d.as_secs()),
                     rx_bytes: p.rx_bytes,
                     tx_bytes: p.tx_bytes,
