@@ -7,6 +7,7 @@ CARGO ?= cargo
 all: build
 
 build:
+	tests/install-deps.sh --build
 	$(CARGO) build --release --locked
 
 ## make demo: two namespaces, an Ordo tunnel, ping and a 10-second iperf3, figures, cleanup.
@@ -21,6 +22,7 @@ demo: build
 test: lint unit interop stack loadgen lab-short
 
 lint:
+	tests/install-deps.sh --build
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --locked -- -D warnings
 	@test -z "$$(gofmt -l grafana/schema-check)" || { gofmt -l grafana/schema-check; echo 'lint: gofmt'; exit 1; }
@@ -30,6 +32,7 @@ lint:
 		|| { echo 'lint: a pipe into grep -q or head (see the Makefile comment)'; exit 1; }
 
 unit: smoltcp-test
+	tests/install-deps.sh --build
 	$(CARGO) test --workspace --locked
 	@# The binary users run is the release one, where moves and stack reuse differ: keys are
 	@# looked for in freed memory there too.

@@ -6,16 +6,22 @@ set -euo pipefail
 WIREGUARD_GO_VERSION="v0.0.0-20260522210424-ecfc5a8d5446"
 BORINGTUN_VERSION="0.7.1"
 
+# --build: only what building Ordo needs (make build and lint run it first); --no-peers:
+# everything but the peers built from source.
 need_apt=()
-for pair in wg:wireguard-tools iperf3:iperf3 ping:iputils-ping tcpdump:tcpdump ip:iproute2 python3:python3 nft:nftables \
+# The etcd client's build compiles etcd's protocol with protoc, which needs the well-known
+# types (google/protobuf/*.proto).
+command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+dpkg -s libprotobuf-dev >/dev/null 2>&1 || need_apt+=(libprotobuf-dev)
+[[ "${1:-}" == --build ]] || for pair in wg:wireguard-tools iperf3:iperf3 ping:iputils-ping tcpdump:tcpdump ip:iproute2 python3:python3 nft:nftables \
     curl:curl nc:netcat-openbsd setpriv:util-linux dnsmasq:dnsmasq-base ssh:openssh-client sshd:openssh-server tmux:tmux \
     ethtool:ethtool conntrack:conntrack gcc:gcc \
-    promtool:prometheus; do
+    promtool:prometheus etcd:etcd-server etcdctl:etcd-client; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done
 # The leak suite's probe is built static too (tests/stack/leak-probe.c): the C library's
 # archive, which gcc does not pull in without its recommendations.
-dpkg -s libc6-dev >/dev/null 2>&1 || need_apt+=(libc6-dev)
+[[ "${1:-}" == --build ]] || dpkg -s libc6-dev >/dev/null 2>&1 || need_apt+=(libc6-dev)
 if ((${#need_apt[@]})); then
     echo "install-deps: apt-get install ${need_apt[*]}"
     apt-get update -qq
@@ -37,7 +43,7 @@ if ((${#need_apt[@]})); then
 fi
 
 GOBIN_DIR="$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
-if [[ "${1:-}" != "--no-peers" ]]; then
+if [[ "${1:-}" != --no-peers && "${1:-}" != --build ]]; then
     if ! [[ -x "$GOBIN_DIR/wireguard" ]] || ! grep -q "$WIREGUARD_GO_VERSION" <(go version -m "$GOBIN_DIR/wireguard" 2>/dev/null); then
         echo "install-deps: go install golang.zx2c4.com/wireguard@$WIREGUARD_GO_VERSION"
         go install "golang.zx2c4.com/wireguard@$WIREGUARD_GO_VERSION"

@@ -51,7 +51,7 @@ run_test() {
 
 # The tests by topic, host A running Ordo and host B the peer under test. Each file is
 # sourced here; a helper one file defines, a later one may use.
-for topic in tunnel control offloads placement faults floods xdp observability; do
+for topic in tunnel control offloads placement faults floods xdp observability fleet; do
     source "$(dirname "$0")/$topic.sh"
 done
 
@@ -111,6 +111,7 @@ run_test "logs" t_logs
 run_test "detectors" t_detectors
 run_test "top" t_top
 run_test "doctor" t_doctor
+run_test "fleet_peers" t_fleet_peers
 if ((QUICK == 0)); then
     run_test "rekey[wireguard-go]" t_rekey wireguard-go
 fi

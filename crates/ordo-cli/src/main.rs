@@ -12,6 +12,7 @@
 //! ordo genkey | ordo pubkey                            # keys, as wg genkey / wg pubkey
 //! ordo bench [--model M] [--peers N] [--size B] [--workers T]  # the data plane in memory
 //! ordo loadgen setup|run|sink ...                      # N WireGuard clients against a server
+//! ordo fleet NAME add|remove|list ...                  # a fleet's peers, in etcd
 //! ```
 
 use ordo::daemon::janitor::{self, FileIdentity};
@@ -20,6 +21,8 @@ use ordo::placement::model::Model;
 use ordo::settings::{InterfaceSettings, SETTINGS};
 use ordo::{daemon, quick, show, uapi};
 use ordo_tools::{bench, loadgen};
+
+mod fleet;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -130,6 +133,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A fleet's peers in etcd: added, removed or listed here, taken by every gateway of the
+    /// fleet (`Fleet = NAME`).
+    Fleet(fleet::FleetArgs),
     /// Play N WireGuard clients against a server under test.
     #[command(subcommand)]
     Loadgen(loadgen::LoadgenCommand),
@@ -201,6 +207,7 @@ fn xplatform(args: &[String]) -> Option<Result<()>> {
         "doctor",
         "bench",
         "loadgen",
+        "fleet",
         "lab",
         "genkey",
         "pubkey",
@@ -336,6 +343,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Loadgen(cmd) => loadgen::command(cmd),
+        Command::Fleet(args) => fleet::run(args),
         Command::Lab(LabCommand::Report { dir, scenario }) => ordo_tools::lab::report(&dir, &scenario),
         Command::Genkey => {
             let k = ordo_proto::PrivateKey::generate(&mut rand_core::OsRng);

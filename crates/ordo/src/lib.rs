@@ -19,6 +19,7 @@
 //! - [`settings`]: an interface's settings beyond WireGuard's, by name.
 //! - [`uapi`]: the cross-platform configuration socket that `wg` speaks.
 //! - [`metrics`]: the Prometheus endpoint.
+//! - [`fleet`]: a fleet of gateways: the peers they share, from etcd.
 //! - [`config`]: wg-quick files.
 //! - [`daemon`]: running as a daemon: detaching, readiness, the panic hook, privileges.
 //! - [`interface`]: an interface as a whole: the one order it comes up and goes down in, and
@@ -35,6 +36,7 @@ pub mod config;
 pub mod daemon;
 pub mod device;
 pub mod firewall;
+pub mod fleet;
 pub mod health;
 pub mod host;
 pub mod inner;

@@ -2,6 +2,7 @@
 //! (`Model = inline`), as the command line does (`--model inline`) and the environment
 //! (`ORDO_MODEL=inline`).
 
+use crate::fleet::{self, FleetSettings};
 use crate::host::topology::{self, format_cpu_list};
 use crate::outer::xdp::attach::Mode as XdpMode;
 use crate::outer::OuterKind;
@@ -21,11 +22,13 @@ pub struct InterfaceSettings {
     pub xdp_mode: Option<XdpMode>,
     /// Where the metrics endpoint listens (None: no endpoint).
     pub metrics: Option<std::net::SocketAddr>,
+    /// The fleet whose peers the interface takes from etcd (none by default).
+    pub fleet: FleetSettings,
 }
 
 /// The settings by name, as `ordo up` files (`Model = inline`), the xplatform command line
 /// (`--model inline`) and the environment (`ORDO_MODEL=inline`) spell them.
-pub const SETTINGS: [(&str, &str, &str); 10] = [
+pub const SETTINGS: [(&str, &str, &str); 15] = [
     ("model", "Model", "ORDO_MODEL"),
     ("workers", "Workers", "ORDO_WORKERS"),
     ("cores", "Cores", "ORDO_CORES"),
@@ -36,6 +39,11 @@ pub const SETTINGS: [(&str, &str, &str); 10] = [
     ("xdp-interfaces", "XdpInterfaces", "ORDO_XDP_INTERFACES"),
     ("xdp-mode", "XdpMode", "ORDO_XDP_MODE"),
     ("metrics", "MetricsAddress", "ORDO_METRICS"),
+    ("fleet", "Fleet", "ORDO_FLEET"),
+    ("fleet-etcd", "FleetEtcd", "ORDO_FLEET_ETCD"),
+    ("fleet-etcd-ca", "FleetEtcdCa", "ORDO_FLEET_ETCD_CA"),
+    ("fleet-etcd-cert", "FleetEtcdCert", "ORDO_FLEET_ETCD_CERT"),
+    ("fleet-etcd-key", "FleetEtcdKey", "ORDO_FLEET_ETCD_KEY"),
 ];
 
 impl InterfaceSettings {
@@ -86,6 +94,11 @@ impl InterfaceSettings {
                 }
             }
             "metrics" => self.metrics = parse_metrics_address(value)?,
+            "fleet" => self.fleet.name = Some(fleet::parse_name(value)?),
+            "fleet-etcd" => self.fleet.etcd = fleet::parse_endpoints(value)?,
+            "fleet-etcd-ca" => self.fleet.ca = Some(value.into()),
+            "fleet-etcd-cert" => self.fleet.cert = Some(value.into()),
+            "fleet-etcd-key" => self.fleet.key = Some(value.into()),
             _ => return Err(format!("unknown data-plane setting {name:?}")),
         }
         Ok(())
@@ -131,6 +144,22 @@ impl InterfaceSettings {
         }
         if let Some(m) = self.metrics {
             a.extend(["--metrics".to_string(), m.to_string()]);
+        }
+        let f = &self.fleet;
+        if let Some(name) = &f.name {
+            a.extend(["--fleet".to_string(), name.clone()]);
+        }
+        if !f.etcd.is_empty() {
+            a.extend(["--fleet-etcd".to_string(), f.etcd.join(",")]);
+        }
+        for (flag, path) in [
+            ("--fleet-etcd-ca", &f.ca),
+            ("--fleet-etcd-cert", &f.cert),
+            ("--fleet-etcd-key", &f.key),
+        ] {
+            if let Some(p) = path {
+                a.extend([flag.to_string(), p.display().to_string()]);
+            }
         }
         a
     }
@@ -211,6 +240,18 @@ mod tests {
                 "generic"
             ]
         );
+        let mut fleet = InterfaceSettings::default();
+        fleet.set("fleet", "gw").unwrap();
+        fleet
+            .set("fleet-etcd", "https://10.0.0.1:2379,https://10.0.0.2:2379")
+            .unwrap();
+        fleet.set("fleet-etcd-ca", "/etc/ordo/ca.pem").unwrap();
+        assert!(fleet.set("fleet", "a b").is_err());
+        let mut fleet_back = InterfaceSettings::default();
+        for pair in fleet.to_args().chunks(2) {
+            fleet_back.set(&pair[0][2..], &pair[1]).unwrap();
+        }
+        assert_eq!(fleet_back.fleet, fleet.fleet, "the fleet's settings reach the daemon");
         let mut back = InterfaceSettings::default();
         for pair in args.chunks(2) {
             back.set(&pair[0][2..], &pair[1]).unwrap();

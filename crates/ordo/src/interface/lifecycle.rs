@@ -136,6 +136,11 @@ impl Bringup<'_> {
         let metrics = (self.settings.metrics)
             .map(crate::metrics::server::Endpoint::bind)
             .transpose()?;
+        // Its TLS files are read now: the user the daemon becomes may not read them.
+        let fleet = match self.settings.fleet.name {
+            Some(_) => Some(crate::fleet::agent::Agent::prepare(&self.settings.fleet)?),
+            None => None,
+        };
         if self.daemon {
             // Not `ordo run`: its supervisor takes the filter's listener from the program
             // between fork and exec, which a non-dumpable parent's child would refuse it.
@@ -174,6 +179,9 @@ impl Bringup<'_> {
         let metrics_address = metrics.as_ref().map(|m| m.address());
         if let Some(m) = metrics {
             m.serve(device.clone())?;
+        }
+        if let Some(agent) = fleet {
+            agent.start(device.clone())?;
         }
         let uapi = match uapi {
             Some((listener, path, identity)) => {

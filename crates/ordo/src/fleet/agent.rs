@@ -1,0 +1,177 @@
+//! The thread that keeps an interface's fleet peers in step with etcd: it reads every
+//! record, then watches the prefix from the revision it read at, and after each change (and
+//! once a second, for changes made behind its back) makes the interface agree
+//! ([`super::reconcile`]). When etcd cannot be reached the interface keeps the peers it
+//! has, and the agent reads everything again once etcd answers.
+
+use super::reconcile;
+use super::record::{self, FleetPeer};
+use super::store::Dial;
+use super::FleetSettings;
+use crate::device::peers::CoreCopy;
+use crate::device::Device;
+use anyhow::{bail, Context, Result};
+use etcd_client::{EventType, GetOptions, WatchOptions};
+use ordo_proto::PublicKey;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the interface is compared with the records when nothing happens.
+const RECHECK: Duration = Duration::from_secs(1);
+/// The wait before dialling etcd again after a failure, doubling up to the longest.
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+const RETRY_LONGEST: Duration = Duration::from_secs(5);
+/// Longest the first read of the records may take.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An agent ready to start: its settings checked and its files read.
+pub struct Agent {
+    prefix: String,
+    dial: Dial,
+}
+
+/// What the agent knows: the records, and the peers it put on the interface.
+#[derive(Default)]
+struct State {
+    desired: BTreeMap<PublicKey, FleetPeer>,
+    owned: BTreeSet<PublicKey>,
+}
+
+impl Agent {
+    /// Checks the settings and reads the TLS files (before a daemon drops its privileges).
+    pub fn prepare(settings: &FleetSettings) -> Result<Agent> {
+        let prefix = settings.prefix().context("no fleet name")?;
+        Ok(Agent {
+            prefix,
+            dial: Dial::prepare(settings).context("the fleet's etcd settings")?,
+        })
+    }
+
+    /// Starts the agent's thread, which runs as long as the process.
+    pub fn start(self, device: Arc<Device>) -> std::io::Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        std::thread::Builder::new()
+            .name("ordo-fleet".into())
+            .spawn(move || runtime.block_on(self.run(device)))?;
+        Ok(())
+    }
+
+    async fn run(self, device: Arc<Device>) {
+        let mut state = State::default();
+        let mut retry = RETRY_FIRST;
+        // Whether etcd is out of reach: said once when it goes, once when it is back.
+        let mut failing = false;
+        loop {
+            let e = self.follow(&device, &mut state, &mut failing).await.unwrap_err();
+            if failing {
+                log::debug!("fleet: etcd: {e:#}");
+                retry = (retry * 2).min(RETRY_LONGEST);
+            } else {
+                log::warn!(
+                    "fleet: etcd at {}: {e:#}; keeping the {} fleet peers this interface has, and trying again",
+                    self.dial.endpoints(),
+                    state.owned.len()
+                );
+                failing = true;
+                retry = RETRY_FIRST;
+            }
+            // Meanwhile the interface is still kept as the records last said.
+            let until = tokio::time::Instant::now() + retry;
+            loop {
+                reconcile_now(&device, &mut state);
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                tokio::time::sleep(RECHECK.min(left)).await;
+            }
+        }
+    }
+
+    /// One connection's life: read everything, then follow the changes. Returns only with
+    /// the error that ended it.
+    async fn follow(&self, device: &Arc<Device>, state: &mut State, failing: &mut bool) -> Result<()> {
+        let mut client = self.dial.connect().await?;
+        let peers = record::peers_prefix(&self.prefix);
+        let read = client.get(peers.as_str(), Some(GetOptions::new().with_prefix()));
+        let response = tokio::time::timeout(READ_TIMEOUT, read)
+            .await
+            .context("reading the records: no answer")?
+            .context("reading the records")?;
+        let revision = response.header().map(|h| h.revision()).context("no revision")?;
+        state.desired.clear();
+        for kv in response.kvs() {
+            self.put(state, kv.key(), kv.value());
+        }
+        reconcile_now(device, state);
+        log::info!(
+            "fleet: {} peers from etcd at {} (revision {revision}){}",
+            state.desired.len(),
+            self.dial.endpoints(),
+            if *failing { ", caught up" } else { "" }
+        );
+        *failing = false;
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(revision + 1)
+            .with_progress_notify();
+        let mut stream = client.watch(peers.as_str(), Some(options)).await?;
+        let mut recheck = tokio::time::interval(RECHECK);
+        loop {
+            tokio::select! {
+                message = stream.message() => {
+                    let Some(response) = message? else { bail!("etcd ended the watch") };
+                    if response.canceled() {
+                        bail!("etcd cancelled the watch: {}", response.cancel_reason());
+                    }
+                    for event in response.events() {
+                        let Some(kv) = event.kv() else { continue };
+                        match event.event_type() {
+                            EventType::Put => self.put(state, kv.key(), kv.value()),
+                            EventType::Delete => {
+                                if let Ok(key) = record::parse_key(&self.prefix, kv.key()) {
+                                    state.desired.remove(&key);
+                                }
+                            }
+                        }
+                    }
+                    // The events of one response (one transaction) are applied together.
+                    reconcile_now(device, state);
+                }
+                _ = recheck.tick() => reconcile_now(device, state),
+            }
+        }
+    }
+
+    /// Takes a record in. One that is refused removes the peer it named, if any: what
+    /// cannot be read for certain is not let by on what it said before.
+    fn put(&self, state: &mut State, key: &[u8], value: &[u8]) {
+        match record::parse_record(&self.prefix, key, value) {
+            Ok((public_key, peer)) => {
+                state.desired.insert(public_key, peer);
+            }
+            Err(refused) => {
+                log::warn!("fleet: record {} refused: {}", refused.key, refused.reason);
+                if let Ok(public_key) = record::parse_key(&self.prefix, key) {
+                    state.desired.remove(&public_key);
+                }
+            }
+        }
+    }
+}
+
+/// Makes the interface agree with the records now.
+fn reconcile_now(device: &Arc<Device>, state: &mut State) {
+    let copied = CoreCopy::of(&device.core());
+    let (plan, owned) = reconcile::plan(&state.desired, &state.owned, &copied.peers());
+    if let Some(plan) = plan {
+        let changed = plan.peers.len();
+        if let Err(e) = crate::uapi::apply(device, plan) {
+            log::warn!("fleet: applying {changed} peer changes failed: {}", e.message);
+            return;
+        }
+        log::debug!("fleet: {changed} peers changed");
+    }
+    state.owned = owned;
+}

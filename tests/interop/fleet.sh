@@ -1,0 +1,110 @@
+# The fleet's control plane: peers from etcd (Debian's etcd-server, in host A's namespace),
+# applied to a running Ordo gateway and followed as they change, with a real client
+# (wireguard-go in host B) handshaking through them.
+
+ETCD_URL=http://127.0.0.1:2379
+
+# etcd_start NS DIR: one etcd member on NS's loopback, its data in DIR; returns once it
+# answers.
+etcd_start() {
+    ip netns exec "$1" etcd --name fleet-test --data-dir "$2" \
+        --listen-client-urls "$ETCD_URL" --advertise-client-urls "$ETCD_URL" \
+        --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+        --initial-cluster fleet-test=http://127.0.0.1:2380 >>"$LOGDIR/etcd.log" 2>&1 &
+    ETCD_PID=$!
+    local _
+    for _ in $(seq 100); do
+        ip netns exec "$1" env ETCDCTL_API=3 etcdctl --endpoints "$ETCD_URL" endpoint health >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    fail "etcd did not come up (see $LOGDIR/etcd.log)"
+}
+
+# etcd_stop: stops the member etcd_start started last (`ip netns exec` became etcd: its pid).
+etcd_stop() {
+    [[ -n ${ETCD_PID:-} ]] || return 0
+    kill "$ETCD_PID" 2>/dev/null || true
+    local _
+    for _ in $(seq 50); do
+        kill -0 "$ETCD_PID" 2>/dev/null || { ETCD_PID=; return 0; }
+        sleep 0.1
+    done
+    kill -9 "$ETCD_PID"
+    ETCD_PID=
+}
+
+# wait_for SECONDS COMMAND...: COMMAND succeeds within SECONDS; prints how long it took (ms).
+wait_for() {
+    local limit=$1 start
+    shift
+    start=$(date +%s%N)
+    while ! "$@" >/dev/null 2>&1; do
+        (( ($(date +%s%N) - start) / 1000000000 < limit )) || return 1
+        sleep 0.05
+    done
+    echo $(( ($(date +%s%N) - start) / 1000000 ))
+}
+
+peer_listed() { wg show "$IF_A" peers | grep -x "$1" >/dev/null; }
+peer_absent() { ! peer_listed "$1"; }
+
+t_fleet_peers() {
+    make_hosts
+    etcd_start "$NS_A" "$LOGDIR/etcd-data"
+    KEY_A=$(genkey); KEY_B=$(genkey)
+    PUB_A=$(pubkey "$KEY_A"); PUB_B=$(pubkey "$KEY_B")
+    local fleet=(ip netns exec "$NS_A" env ORDO_FLEET_ETCD="$ETCD_URL" "$ORDO" fleet itest)
+    # The gateway: its key and port from the file as always, its peers from the fleet.
+    ORDO_FLEET=itest ORDO_FLEET_ETCD=$ETCD_URL start_impl ordo "$NS_A" "$IF_A"
+    (umask 077 && echo "$KEY_A" >"$LOGDIR/a.key")
+    ip netns exec "$NS_A" wg set "$IF_A" private-key "$LOGDIR/a.key" listen-port "$PORT_A"
+    start_impl wireguard-go "$NS_B" "$IF_B"
+    configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "$OUT_A:$PORT_A" "$IN_A/32"
+    inner_addresses "$NS_A" "$IF_A" "$IN_A" "$IN6_A"
+    inner_addresses "$NS_B" "$IF_B" "$IN_B" "$IN6_B"
+    ! ping_ok "$NS_B" "$IN_A" 1 2 || fail "a client the fleet does not know got through"
+
+    "${fleet[@]}" add "$PUB_B" --allowed-ips "$IN_B/32,$IN6_B/128"
+    local ms
+    ms=$(wait_for 5 peer_listed "$PUB_B") || fail "the peer put in etcd never reached the gateway"
+    log "    a peer put in etcd was on the gateway after ${ms} ms"
+    [[ $(wg show "$IF_A" allowed-ips | grep "$PUB_B" | cut -f2) == "$IN_B/32 $IN6_B/128" ]] \
+        || fail "allowed IPs: $(wg show "$IF_A" allowed-ips)"
+    ping_ok "$NS_B" "$IN_A" 3 || fail "the client does not get through the fleet's peer"
+    "${fleet[@]}" list | grep -x "peer: $PUB_B" >/dev/null || fail "ordo fleet list: $("${fleet[@]}" list)"
+
+    # Removed behind the fleet's back (as `wg syncconf` of a file without it would): put back.
+    ip netns exec "$NS_A" wg set "$IF_A" peer "$PUB_B" remove
+    ms=$(wait_for 5 peer_listed "$PUB_B") || fail "a peer removed with wg set did not come back"
+    log "    removed with wg set, back after ${ms} ms"
+
+    # A record with a secret in it is refused, and its peer goes (fail closed).
+    ip netns exec "$NS_A" env ETCDCTL_API=3 etcdctl --endpoints "$ETCD_URL" put "/ordo/fleet/itest/peers/$PUB_B" \
+        "{\"allowed_ips\": [\"$IN_B/32\"], \"preshared_key\": \"$KEY_B\"}" >/dev/null
+    wait_for 5 peer_absent "$PUB_B" >/dev/null || fail "a refused record left its peer in place"
+    grep "record /ordo/fleet/itest/peers/$PUB_B refused: a preshared key does not go into etcd" "$LOGDIR/$IF_A.log" >/dev/null \
+        || fail "the refusal is not in the log: $(grep fleet "$LOGDIR/$IF_A.log")"
+    ! grep -F "$KEY_B" "$LOGDIR/$IF_A.log" >/dev/null || fail "the key in the refused record reached the log"
+    # Corrected, with an endpoint: the gateway, which lost the session with the peer, can
+    # reach the client first (a client whose session a gateway dropped would otherwise wait
+    # for WireGuard's own timers, 15 s, before it handshakes again).
+    "${fleet[@]}" add "$PUB_B" --allowed-ips "$IN_B/32" --endpoint "$OUT_B:$PORT_B"
+    wait_for 5 peer_listed "$PUB_B" >/dev/null || fail "the corrected record was not taken"
+    [[ $(dump_field "$IF_A" endpoint) == "$OUT_B:$PORT_B" ]] || fail "endpoint: $(dump_field "$IF_A" endpoint)"
+    ping_ok "$NS_A" "$IN_B" 3 || fail "no traffic after the record was corrected"
+
+    # etcd gone: the gateway keeps forwarding with what it has.
+    etcd_stop
+    ping_ok "$NS_A" "$IN_B" 10 || fail "traffic stopped with etcd"
+    peer_listed "$PUB_B" || fail "the peer went with etcd"
+    grep "fleet: etcd at $ETCD_URL: .*keeping the 1 fleet peers" "$LOGDIR/$IF_A.log" >/dev/null \
+        || fail "the outage is not in the log: $(grep fleet "$LOGDIR/$IF_A.log")"
+    # Back, with a change made meanwhile by another member (here: written straight into the
+    # same data once it is up): the gateway catches up.
+    etcd_start "$NS_A" "$LOGDIR/etcd-data"
+    "${fleet[@]}" remove "$PUB_B"
+    ms=$(wait_for 15 peer_absent "$PUB_B") || fail "a peer deleted after etcd came back stayed"
+    log "    after etcd came back, a deletion reached the gateway in ${ms} ms"
+    ! ping_ok "$NS_A" "$IN_B" 1 2 || fail "the deleted peer still gets through"
+    grep "caught up" "$LOGDIR/$IF_A.log" >/dev/null || fail "no catch-up in the log"
+}
