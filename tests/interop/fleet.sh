@@ -47,6 +47,10 @@ wait_for() {
 
 peer_listed() { wg show "$IF_A" peers | grep -x "$1" >/dev/null; }
 peer_absent() { ! peer_listed "$1"; }
+# return_route FAMILY ADDRESS: the gateway routes ADDRESS through its interface in the fleet's
+# table (100 here), as the router's BGP daemon would take it.
+return_route() { ip "-$1" -n "$NS_A" route show table 100 2>/dev/null | grep -E "^$2 dev $IF_A( |$)" >/dev/null; }
+no_return_route() { ! return_route "$@"; }
 
 t_fleet_peers() {
     make_hosts
@@ -55,7 +59,7 @@ t_fleet_peers() {
     PUB_A=$(pubkey "$KEY_A"); PUB_B=$(pubkey "$KEY_B")
     local fleet=(ip netns exec "$NS_A" env ORDO_FLEET_ETCD="$ETCD_URL" "$ORDO" fleet itest)
     # The gateway: its key and port from the file as always, its peers from the fleet.
-    ORDO_FLEET=itest ORDO_FLEET_ETCD=$ETCD_URL start_impl ordo "$NS_A" "$IF_A"
+    ORDO_FLEET=itest ORDO_FLEET_ETCD=$ETCD_URL ORDO_FLEET_ROUTE_TABLE=100 start_impl ordo "$NS_A" "$IF_A"
     (umask 077 && echo "$KEY_A" >"$LOGDIR/a.key")
     ip netns exec "$NS_A" wg set "$IF_A" private-key "$LOGDIR/a.key" listen-port "$PORT_A"
     start_impl wireguard-go "$NS_B" "$IF_B"
@@ -70,7 +74,12 @@ t_fleet_peers() {
     log "    a peer put in etcd was on the gateway after ${ms} ms"
     [[ $(wg show "$IF_A" allowed-ips | grep "$PUB_B" | cut -f2) == "$IN_B/32 $IN6_B/128" ]] \
         || fail "allowed IPs: $(wg show "$IF_A" allowed-ips)"
+    no_return_route 4 "$IN_B" || fail "a return route before any session"
     ping_ok "$NS_B" "$IN_A" 3 || fail "the client does not get through the fleet's peer"
+    # Its session held here: its addresses are routed here (within a pass: a handshake is
+    # looked for ten times a second).
+    ms=$(wait_for 1 return_route 4 "$IN_B") || fail "no return route: $(ip -n "$NS_A" route show table 100)"
+    return_route 6 "$IN6_B" || fail "no IPv6 return route: $(ip -6 -n "$NS_A" route show table 100)"
     "${fleet[@]}" list | grep -x "peer: $PUB_B" >/dev/null || fail "ordo fleet list: $("${fleet[@]}" list)"
 
     # Removed behind the fleet's back (as `wg syncconf` of a file without it would): put back.
@@ -82,6 +91,7 @@ t_fleet_peers() {
     ip netns exec "$NS_A" env ETCDCTL_API=3 etcdctl --endpoints "$ETCD_URL" put "/ordo/fleet/itest/peers/$PUB_B" \
         "{\"allowed_ips\": [\"$IN_B/32\"], \"preshared_key\": \"$KEY_B\"}" >/dev/null
     wait_for 5 peer_absent "$PUB_B" >/dev/null || fail "a refused record left its peer in place"
+    wait_for 2 no_return_route 4 "$IN_B" >/dev/null || fail "the refused peer's return route stayed"
     grep "record /ordo/fleet/itest/peers/$PUB_B refused: a preshared key does not go into etcd" "$LOGDIR/$IF_A.log" >/dev/null \
         || fail "the refusal is not in the log: $(grep fleet "$LOGDIR/$IF_A.log")"
     ! grep -F "$KEY_B" "$LOGDIR/$IF_A.log" >/dev/null || fail "the key in the refused record reached the log"
@@ -106,5 +116,6 @@ t_fleet_peers() {
     ms=$(wait_for 15 peer_absent "$PUB_B") || fail "a peer deleted after etcd came back stayed"
     log "    after etcd came back, a deletion reached the gateway in ${ms} ms"
     ! ping_ok "$NS_A" "$IN_B" 1 2 || fail "the deleted peer still gets through"
+    no_return_route 4 "$IN_B" || fail "the deleted peer's return route stayed"
     grep "caught up" "$LOGDIR/$IF_A.log" >/dev/null || fail "no catch-up in the log"
 }

@@ -66,6 +66,7 @@ pub fn run(args: FleetArgs) -> Result<()> {
         ca: args.cacert,
         cert: args.cert,
         key: args.key,
+        route_table: None,
     };
     let admin = Admin::new(&settings)?;
     let key = |text: &str| match PublicKey::from_base64(text) {

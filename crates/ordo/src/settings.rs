@@ -28,7 +28,7 @@ pub struct InterfaceSettings {
 
 /// The settings by name, as `ordo up` files (`Model = inline`), the xplatform command line
 /// (`--model inline`) and the environment (`ORDO_MODEL=inline`) spell them.
-pub const SETTINGS: [(&str, &str, &str); 15] = [
+pub const SETTINGS: [(&str, &str, &str); 16] = [
     ("model", "Model", "ORDO_MODEL"),
     ("workers", "Workers", "ORDO_WORKERS"),
     ("cores", "Cores", "ORDO_CORES"),
@@ -44,6 +44,7 @@ pub const SETTINGS: [(&str, &str, &str); 15] = [
     ("fleet-etcd-ca", "FleetEtcdCa", "ORDO_FLEET_ETCD_CA"),
     ("fleet-etcd-cert", "FleetEtcdCert", "ORDO_FLEET_ETCD_CERT"),
     ("fleet-etcd-key", "FleetEtcdKey", "ORDO_FLEET_ETCD_KEY"),
+    ("fleet-route-table", "FleetRouteTable", "ORDO_FLEET_ROUTE_TABLE"),
 ];
 
 impl InterfaceSettings {
@@ -99,6 +100,7 @@ impl InterfaceSettings {
             "fleet-etcd-ca" => self.fleet.ca = Some(value.into()),
             "fleet-etcd-cert" => self.fleet.cert = Some(value.into()),
             "fleet-etcd-key" => self.fleet.key = Some(value.into()),
+            "fleet-route-table" => self.fleet.route_table = fleet::parse_route_table(value)?,
             _ => return Err(format!("unknown data-plane setting {name:?}")),
         }
         Ok(())
@@ -151,6 +153,9 @@ impl InterfaceSettings {
         }
         if !f.etcd.is_empty() {
             a.extend(["--fleet-etcd".to_string(), f.etcd.join(",")]);
+        }
+        if let Some(t) = f.route_table {
+            a.extend(["--fleet-route-table".to_string(), t.to_string()]);
         }
         for (flag, path) in [
             ("--fleet-etcd-ca", &f.ca),
@@ -246,6 +251,7 @@ mod tests {
             .set("fleet-etcd", "https://10.0.0.1:2379,https://10.0.0.2:2379")
             .unwrap();
         fleet.set("fleet-etcd-ca", "/etc/ordo/ca.pem").unwrap();
+        fleet.set("fleet-route-table", "100").unwrap();
         assert!(fleet.set("fleet", "a b").is_err());
         let mut fleet_back = InterfaceSettings::default();
         for pair in fleet.to_args().chunks(2) {

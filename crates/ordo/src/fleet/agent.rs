@@ -1,11 +1,14 @@
 //! The thread that keeps an interface's fleet peers in step with etcd: it reads every
 //! record, then watches the prefix from the revision it read at, and after each change (and
 //! once a second, for changes made behind its back) makes the interface agree
-//! ([`super::reconcile`]). When etcd cannot be reached the interface keeps the peers it
-//! has, and the agent reads everything again once etcd answers.
+//! ([`super::reconcile`]), and its return routes ([`super::routes`]) with the sessions it
+//! holds: at once when a handshake completes (the core's count of them is looked at ten
+//! times a second), else once a second. When etcd cannot be reached the interface keeps the
+//! peers it has, and the agent reads everything again once etcd answers.
 
 use super::reconcile;
 use super::record::{self, FleetPeer};
+use super::routes::{self, ReturnRoutes};
 use super::store::Dial;
 use super::FleetSettings;
 use crate::device::peers::CoreCopy;
@@ -15,10 +18,12 @@ use etcd_client::{EventType, GetOptions, WatchOptions};
 use ordo_proto::PublicKey;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 /// How often the interface is compared with the records when nothing happens.
 const RECHECK: Duration = Duration::from_secs(1);
+/// How often the core's count of completed handshakes is looked at.
+const PROBE: Duration = Duration::from_millis(100);
 /// The wait before dialling etcd again after a failure, doubling up to the longest.
 const RETRY_FIRST: Duration = Duration::from_millis(200);
 const RETRY_LONGEST: Duration = Duration::from_secs(5);
@@ -29,22 +34,30 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Agent {
     prefix: String,
     dial: Dial,
+    ifname: String,
+    route_table: Option<u32>,
 }
 
-/// What the agent knows: the records, and the peers it put on the interface.
+/// What the agent knows: the records, the peers it put on the interface, its return routes.
 #[derive(Default)]
 struct State {
     desired: BTreeMap<PublicKey, FleetPeer>,
     owned: BTreeSet<PublicKey>,
+    routes: Option<ReturnRoutes>,
+    /// The core's count of completed handshakes at the last pass, and when that was.
+    handshakes: u64,
+    last_pass: Option<Instant>,
 }
 
 impl Agent {
     /// Checks the settings and reads the TLS files (before a daemon drops its privileges).
-    pub fn prepare(settings: &FleetSettings) -> Result<Agent> {
+    pub fn prepare(settings: &FleetSettings, ifname: &str) -> Result<Agent> {
         let prefix = settings.prefix().context("no fleet name")?;
         Ok(Agent {
             prefix,
             dial: Dial::prepare(settings).context("the fleet's etcd settings")?,
+            ifname: ifname.to_string(),
+            route_table: settings.route_table,
         })
     }
 
@@ -59,6 +72,12 @@ impl Agent {
 
     async fn run(self, device: Arc<Device>) {
         let mut state = State::default();
+        if let Some(table) = self.route_table {
+            match ReturnRoutes::open(&self.ifname, table).await {
+                Ok(r) => state.routes = Some(r),
+                Err(e) => log::warn!("fleet: no return routes: {e:#}"),
+            }
+        }
         let mut retry = RETRY_FIRST;
         // Whether etcd is out of reach: said once when it goes, once when it is back.
         let mut failing = false;
@@ -79,12 +98,12 @@ impl Agent {
             // Meanwhile the interface is still kept as the records last said.
             let until = tokio::time::Instant::now() + retry;
             loop {
-                reconcile_now(&device, &mut state);
+                pass_if_due(&device, &mut state).await;
                 let left = until.saturating_duration_since(tokio::time::Instant::now());
                 if left.is_zero() {
                     break;
                 }
-                tokio::time::sleep(RECHECK.min(left)).await;
+                tokio::time::sleep(PROBE.min(left)).await;
             }
         }
     }
@@ -104,7 +123,7 @@ impl Agent {
         for kv in response.kvs() {
             self.put(state, kv.key(), kv.value());
         }
-        reconcile_now(device, state);
+        pass(device, state).await;
         log::info!(
             "fleet: {} peers from etcd at {} (revision {revision}){}",
             state.desired.len(),
@@ -117,7 +136,7 @@ impl Agent {
             .with_start_revision(revision + 1)
             .with_progress_notify();
         let mut stream = client.watch(peers.as_str(), Some(options)).await?;
-        let mut recheck = tokio::time::interval(RECHECK);
+        let mut probe = tokio::time::interval(PROBE);
         loop {
             tokio::select! {
                 message = stream.message() => {
@@ -137,9 +156,9 @@ impl Agent {
                         }
                     }
                     // The events of one response (one transaction) are applied together.
-                    reconcile_now(device, state);
+                    pass(device, state).await;
                 }
-                _ = recheck.tick() => reconcile_now(device, state),
+                _ = probe.tick() => pass_if_due(device, state).await,
             }
         }
     }
@@ -161,17 +180,35 @@ impl Agent {
     }
 }
 
-/// Makes the interface agree with the records now.
-fn reconcile_now(device: &Arc<Device>, state: &mut State) {
-    let copied = CoreCopy::of(&device.core());
-    let (plan, owned) = reconcile::plan(&state.desired, &state.owned, &copied.peers());
+/// A pass if one is due: a handshake completed since the last, or a second went by.
+async fn pass_if_due(device: &Arc<Device>, state: &mut State) {
+    let handshakes = device.core().stats.handshakes_completed;
+    let due = state.last_pass.is_none_or(|t| t.elapsed() >= RECHECK);
+    if due || handshakes != state.handshakes {
+        pass(device, state).await;
+    }
+}
+
+/// Makes the interface agree with the records, and its return routes with its sessions.
+async fn pass(device: &Arc<Device>, state: &mut State) {
+    state.handshakes = device.core().stats.handshakes_completed;
+    state.last_pass = Some(Instant::now());
+    let mut peers = CoreCopy::of(&device.core()).peers();
+    let (plan, owned) = reconcile::plan(&state.desired, &state.owned, &peers);
     if let Some(plan) = plan {
         let changed = plan.peers.len();
-        if let Err(e) = crate::uapi::apply(device, plan) {
-            log::warn!("fleet: applying {changed} peer changes failed: {}", e.message);
-            return;
+        match crate::uapi::apply(device, plan) {
+            Ok(()) => {
+                log::debug!("fleet: {changed} peers changed");
+                state.owned = owned;
+                peers = CoreCopy::of(&device.core()).peers();
+            }
+            Err(e) => log::warn!("fleet: applying {changed} peer changes failed: {}", e.message),
         }
-        log::debug!("fleet: {changed} peers changed");
+    } else {
+        state.owned = owned;
     }
-    state.owned = owned;
+    if let Some(routes) = &mut state.routes {
+        routes.sync(&routes::wanted(&peers, SystemTime::now())).await;
+    }
 }

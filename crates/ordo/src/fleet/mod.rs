@@ -9,6 +9,7 @@ pub mod admin;
 pub mod agent;
 pub mod reconcile;
 pub mod record;
+pub mod routes;
 mod store;
 
 use std::path::PathBuf;
@@ -27,6 +28,8 @@ pub struct FleetSettings {
     pub ca: Option<PathBuf>,
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
+    /// The table the return routes go in ([`routes`]; None: no return routes).
+    pub route_table: Option<u32>,
 }
 
 /// etcd's own default client URL.
@@ -61,6 +64,20 @@ pub fn parse_name(value: &str) -> Result<String, String> {
         Err(format!(
             "a fleet's name is 1 to 64 letters, digits, '.', '_' or '-', not {value:?}"
         ))
+    }
+}
+
+/// A routing table for the return routes: 1 to 2^32-1, not one the kernel keeps (local,
+/// main, default); `off` for none.
+pub fn parse_route_table(value: &str) -> Result<Option<u32>, String> {
+    if value.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    match value.parse::<u32>() {
+        Ok(t) if t != 0 && ![253, 254, 255].contains(&t) => Ok(Some(t)),
+        _ => Err(format!(
+            "a return-route table is a number other than 0, 253, 254 and 255 (the kernel's), or off; not {value:?}"
+        )),
     }
 }
 
@@ -99,5 +116,8 @@ mod tests {
         };
         assert_eq!(s.prefix().as_deref(), Some("/ordo/fleet/gw/"));
         assert_eq!(s.endpoints(), [DEFAULT_ETCD]);
+        assert_eq!(parse_route_table("100"), Ok(Some(100)));
+        assert_eq!(parse_route_table("off"), Ok(None));
+        assert!(parse_route_table("254").is_err() && parse_route_table("main").is_err());
     }
 }

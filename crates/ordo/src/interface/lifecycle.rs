@@ -138,7 +138,7 @@ impl Bringup<'_> {
             .transpose()?;
         // Its TLS files are read now: the user the daemon becomes may not read them.
         let fleet = match self.settings.fleet.name {
-            Some(_) => Some(crate::fleet::agent::Agent::prepare(&self.settings.fleet)?),
+            Some(_) => Some(crate::fleet::agent::Agent::prepare(&self.settings.fleet, name)?),
             None => None,
         };
         if self.daemon {
