@@ -45,6 +45,14 @@ wait_for() {
     echo $(( ($(date +%s%N) - start) / 1000000 ))
 }
 
+# fleet_figure NAME: one of the fleet agent's figures, as `ordo show --json` reports them.
+fleet_figure() {
+    "$ORDO" show "$IF_A" --json | python3 -c "
+import json, sys
+parts = {p['part']: p for p in json.load(sys.stdin)[0]['parts']}
+print({f['name']: f['value'] for f in parts['fleet']['figures']}['$1'])"
+}
+
 peer_listed() { wg show "$IF_A" peers | grep -x "$1" >/dev/null; }
 peer_absent() { ! peer_listed "$1"; }
 # return_route FAMILY ADDRESS: the gateway routes ADDRESS through its interface in the fleet's
@@ -80,6 +88,10 @@ t_fleet_peers() {
     # looked for ten times a second).
     ms=$(wait_for 1 return_route 4 "$IN_B") || fail "no return route: $(ip -n "$NS_A" route show table 100)"
     return_route 6 "$IN6_B" || fail "no IPv6 return route: $(ip -6 -n "$NS_A" route show table 100)"
+    local figures
+    figures=$("$ORDO" show "$IF_A" | grep "^  fleet: ") || fail "ordo show has no fleet line"
+    [[ $figures == *"etcd_up=1 "*"records=1 peers=1 return_routes=2 records_refused=0 etcd_lost=0 "* ]] \
+        || fail "ordo show: $figures"
     "${fleet[@]}" list | grep -x "peer: $PUB_B" >/dev/null || fail "ordo fleet list: $("${fleet[@]}" list)"
 
     # Removed behind the fleet's back (as `wg syncconf` of a file without it would): put back.
@@ -95,6 +107,7 @@ t_fleet_peers() {
     grep "record /ordo/fleet/itest/peers/$PUB_B refused: a preshared key does not go into etcd" "$LOGDIR/$IF_A.log" >/dev/null \
         || fail "the refusal is not in the log: $(grep fleet "$LOGDIR/$IF_A.log")"
     ! grep -F "$KEY_B" "$LOGDIR/$IF_A.log" >/dev/null || fail "the key in the refused record reached the log"
+    [[ $(fleet_figure records_refused) == 1 ]] || fail "records_refused: $(fleet_figure records_refused)"
     # Corrected, with an endpoint: the gateway, which lost the session with the peer, can
     # reach the client first (a client whose session a gateway dropped would otherwise wait
     # for WireGuard's own timers, 15 s, before it handshakes again).
@@ -107,6 +120,8 @@ t_fleet_peers() {
     etcd_stop
     ping_ok "$NS_A" "$IN_B" 10 || fail "traffic stopped with etcd"
     peer_listed "$PUB_B" || fail "the peer went with etcd"
+    [[ $(fleet_figure etcd_up) == 0 && $(fleet_figure etcd_lost) == 1 ]] \
+        || fail "etcd_up $(fleet_figure etcd_up), etcd_lost $(fleet_figure etcd_lost) with etcd down"
     grep "fleet: etcd at $ETCD_URL: .*keeping the 1 fleet peers" "$LOGDIR/$IF_A.log" >/dev/null \
         || fail "the outage is not in the log: $(grep fleet "$LOGDIR/$IF_A.log")"
     # Back, with a change made meanwhile by another member (here: written straight into the
@@ -118,4 +133,5 @@ t_fleet_peers() {
     ! ping_ok "$NS_A" "$IN_B" 1 2 || fail "the deleted peer still gets through"
     no_return_route 4 "$IN_B" || fail "the deleted peer's return route stayed"
     grep "caught up" "$LOGDIR/$IF_A.log" >/dev/null || fail "no catch-up in the log"
+    [[ $(fleet_figure etcd_up) == 1 ]] || fail "etcd_up stayed 0 after etcd came back"
 }

@@ -154,6 +154,10 @@ pub fn render(s: &InterfaceReport) -> String {
             drops.join(" ")
         }
     );
+    for p in &s.parts {
+        let figures: Vec<String> = p.figures.iter().map(|f| format!("{}={}", f.name, f.value)).collect();
+        let _ = writeln!(o, "  {}: {}", p.part, figures.join(" "));
+    }
     if s.warnings.is_empty() {
         let _ = writeln!(o, "  warnings: none");
     } else {

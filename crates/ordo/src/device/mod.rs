@@ -46,6 +46,17 @@ pub struct Device {
     pub health: crate::health::Monitor,
     /// Why the outer side is not what was asked for (`Outer = xdp` fell back to udp).
     pub outer_note: Option<String>,
+    /// Parts beside the data plane that report figures with the interface's (see
+    /// [`Device::add_part`]).
+    parts: Mutex<Vec<Part>>,
+}
+
+/// What a part beside the data plane counts, read when the interface is reported on.
+pub type FigureSource = Box<dyn Fn() -> Vec<Counter> + Send + Sync>;
+
+struct Part {
+    name: &'static str,
+    figures: FigureSource,
 }
 
 impl Device {
@@ -95,6 +106,7 @@ impl Device {
             started: now,
             health: crate::health::Monitor::new(plan_cpus),
             outer_note,
+            parts: Mutex::new(Vec::new()),
         }))
     }
 
@@ -127,6 +139,22 @@ impl Device {
 
     pub fn stats(&self) -> &Stats {
         &self.plane.stats
+    }
+
+    /// Adds a part beside the data plane (the fleet's agent) whose figures `ordo show`, the
+    /// metrics and the report show with the interface's: a part above the device reports
+    /// through it without the device knowing the part.
+    pub fn add_part(&self, name: &'static str, figures: FigureSource) {
+        self.parts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Part { name, figures });
+    }
+
+    /// Each part's figures, by part.
+    pub fn part_figures(&self) -> Vec<(&'static str, Vec<Counter>)> {
+        let parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+        parts.iter().map(|p| (p.name, (p.figures)())).collect()
     }
 
     /// What the two ports count about themselves (errors, drops, offloads in use).

@@ -6,6 +6,7 @@
 //! times a second), else once a second. When etcd cannot be reached the interface keeps the
 //! peers it has, and the agent reads everything again once etcd answers.
 
+use super::figures::FleetFigures;
 use super::reconcile;
 use super::record::{self, FleetPeer};
 use super::routes::{self, ReturnRoutes};
@@ -47,6 +48,7 @@ struct State {
     /// The core's count of completed handshakes at the last pass, and when that was.
     handshakes: u64,
     last_pass: Option<Instant>,
+    figures: Arc<FleetFigures>,
 }
 
 impl Agent {
@@ -64,14 +66,20 @@ impl Agent {
     /// Starts the agent's thread, which runs as long as the process.
     pub fn start(self, device: Arc<Device>) -> std::io::Result<()> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let figures = Arc::new(FleetFigures::default());
+        let shown = figures.clone();
+        device.add_part("fleet", Box::new(move || shown.counters()));
         std::thread::Builder::new()
             .name("ordo-fleet".into())
-            .spawn(move || runtime.block_on(self.run(device)))?;
+            .spawn(move || runtime.block_on(self.run(device, figures)))?;
         Ok(())
     }
 
-    async fn run(self, device: Arc<Device>) {
-        let mut state = State::default();
+    async fn run(self, device: Arc<Device>, figures: Arc<FleetFigures>) {
+        let mut state = State {
+            figures,
+            ..State::default()
+        };
         if let Some(table) = self.route_table {
             match ReturnRoutes::open(&self.ifname, table).await {
                 Ok(r) => state.routes = Some(r),
@@ -94,6 +102,8 @@ impl Agent {
                 );
                 failing = true;
                 retry = RETRY_FIRST;
+                FleetFigures::set(&state.figures.etcd_up, 0);
+                FleetFigures::bump(&state.figures.etcd_lost, 1);
             }
             // Meanwhile the interface is still kept as the records last said.
             let until = tokio::time::Instant::now() + retry;
@@ -131,6 +141,8 @@ impl Agent {
             if *failing { ", caught up" } else { "" }
         );
         *failing = false;
+        FleetFigures::set(&state.figures.etcd_up, 1);
+        FleetFigures::set(&state.figures.revision, revision as u64);
         let options = WatchOptions::new()
             .with_prefix()
             .with_start_revision(revision + 1)
@@ -143,6 +155,9 @@ impl Agent {
                     let Some(response) = message? else { bail!("etcd ended the watch") };
                     if response.canceled() {
                         bail!("etcd cancelled the watch: {}", response.cancel_reason());
+                    }
+                    if let Some(h) = response.header() {
+                        FleetFigures::set(&state.figures.revision, h.revision() as u64);
                     }
                     for event in response.events() {
                         let Some(kv) = event.kv() else { continue };
@@ -172,6 +187,7 @@ impl Agent {
             }
             Err(refused) => {
                 log::warn!("fleet: record {} refused: {}", refused.key, refused.reason);
+                FleetFigures::bump(&state.figures.records_refused, 1);
                 if let Ok(public_key) = record::parse_key(&self.prefix, key) {
                     state.desired.remove(&public_key);
                 }
@@ -200,6 +216,7 @@ async fn pass(device: &Arc<Device>, state: &mut State) {
         match crate::uapi::apply(device, plan) {
             Ok(()) => {
                 log::debug!("fleet: {changed} peers changed");
+                FleetFigures::bump(&state.figures.changes_applied, changed as u64);
                 state.owned = owned;
                 peers = CoreCopy::of(&device.core()).peers();
             }
@@ -208,7 +225,12 @@ async fn pass(device: &Arc<Device>, state: &mut State) {
     } else {
         state.owned = owned;
     }
+    FleetFigures::set(&state.figures.records, state.desired.len() as u64);
+    FleetFigures::set(&state.figures.peers, state.owned.len() as u64);
     if let Some(routes) = &mut state.routes {
-        routes.sync(&routes::wanted(&peers, SystemTime::now())).await;
+        let want = routes::wanted(&peers, SystemTime::now());
+        if routes.sync(&want).await {
+            FleetFigures::set(&state.figures.return_routes, want.len() as u64);
+        }
     }
 }

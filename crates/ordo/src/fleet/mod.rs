@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod agent;
+pub mod figures;
 pub mod reconcile;
 pub mod record;
 pub mod routes;

@@ -61,9 +61,11 @@ impl ReturnRoutes {
         })
     }
 
-    /// Makes the table's routes through the interface exactly `want`.
-    pub async fn sync(&mut self, want: &BTreeSet<IpNet>) {
-        match self.try_sync(want).await {
+    /// Makes the table's routes through the interface exactly `want`; false if it could not.
+    pub async fn sync(&mut self, want: &BTreeSet<IpNet>) -> bool {
+        let result = self.try_sync(want).await;
+        let ok = result.is_ok();
+        match result {
             Ok(changed) => {
                 if changed > 0 {
                     log::debug!("fleet: {changed} return routes changed in table {}", self.table);
@@ -79,6 +81,7 @@ impl ReturnRoutes {
             }
             Err(e) => log::debug!("fleet: return routes: {e:#}"),
         }
+        ok
     }
 
     async fn try_sync(&self, want: &BTreeSet<IpNet>) -> Result<usize> {

@@ -1,15 +1,18 @@
 //! The etcd connection: dialled with TLS if the settings name certificates, with HTTP/2
-//! keepalives so that a dead member or a cut link is noticed within seconds rather than when
-//! the kernel gives up on the TCP connection.
+//! keepalives so that a cut link is noticed within seconds rather than when the kernel gives
+//! up on the TCP connection.
 
 use super::FleetSettings;
 use anyhow::{Context, Result};
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use std::time::Duration;
 
-/// How often the connection is probed, and how long a probe may go unanswered.
-const KEEPALIVE: Duration = Duration::from_secs(1);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the connection is probed, and how long a probe may go unanswered. etcd closes
+/// the connection of a client that probes more often than every 5 s (its
+/// `--grpc-keepalive-min-time`), so a cut link is noticed within about 9 s; a member that
+/// stops closes its connections, which is noticed at once.
+const KEEPALIVE: Duration = Duration::from_secs(6);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest a connection attempt or a request takes before it counts as failed.
 const TIMEOUT: Duration = Duration::from_secs(3);
 

@@ -195,6 +195,23 @@ fn plane(out: &mut Vec<Family>, report: &InterfaceReport) {
         family.add(&[("name", &p.name)], count(&p.name));
     }
     out.extend([drops, state, events]);
+    let mut part_state = Family::gauge(
+        "ordo_part_state",
+        "How a part beside the data plane stands (the fleet's agent: etcd reached, its revision, its peers and return routes).",
+    );
+    let mut part_events = Family::counter(
+        "ordo_part_events_total",
+        "What a part beside the data plane counts (the fleet's agent: records refused, etcd lost, changes applied).",
+    );
+    for p in &report.parts {
+        for f in &p.figures {
+            let family = if f.level { &mut part_state } else { &mut part_events };
+            family.add(&[("part", &p.part), ("name", &f.name)], f.value as f64);
+        }
+    }
+    if !report.parts.is_empty() {
+        out.extend([part_state, part_events]);
+    }
     for (name, help, value) in [
         (
             "ordo_handshakes_initiated_total",
@@ -392,7 +409,9 @@ fn health(out: &mut Vec<Family>, report: &InterfaceReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::report::{PeerReport, PlacementReport, PortFigure, QueueLoad, QueueReport, WarningReport};
+    use crate::device::report::{
+        PartFigure, PartReport, PeerReport, PlacementReport, PortFigure, QueueLoad, QueueReport, WarningReport,
+    };
 
     /// Each figure of the report lands in its family, with its kind and labels: drops by who
     /// counted them, a port's levels as gauges and its events as counters, the interface's
@@ -448,6 +467,21 @@ mod tests {
                 detector: "black_hole".into(),
                 text: "x".into(),
             }],
+            parts: vec![PartReport {
+                part: "fleet".into(),
+                figures: vec![
+                    PartFigure {
+                        name: "etcd_up".into(),
+                        value: 1,
+                        level: true,
+                    },
+                    PartFigure {
+                        name: "records_refused".into(),
+                        value: 4,
+                        level: false,
+                    },
+                ],
+            }],
             ..Default::default()
         };
         let text = render_report(&report);
@@ -463,6 +497,8 @@ mod tests {
             "ordo_queue_cpu_idle_ratio{cpu=\"1\",queue=\"0\"} 0.5",
             "ordo_warning_active{detector=\"black_hole\"} 1",
             "ordo_warning_active{detector=\"inversion\"} 0",
+            "ordo_part_state{part=\"fleet\",name=\"etcd_up\"} 1",
+            "ordo_part_events_total{part=\"fleet\",name=\"records_refused\"} 4",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
         }

@@ -3,8 +3,8 @@
 //! ports, the threads and the health monitor count.
 
 use super::{
-    milli, CpuShow, InterfaceReport, Moves, OsTotals, PeerReport, PlacementReport, PortFigure, QueueLoad, QueueReport,
-    StageShow, StageTotals, ThreadShow, ThreadTotals, WarningReport,
+    milli, CpuShow, InterfaceReport, Moves, OsTotals, PartFigure, PartReport, PeerReport, PlacementReport, PortFigure,
+    QueueLoad, QueueReport, StageShow, StageTotals, ThreadShow, ThreadTotals, WarningReport,
 };
 use crate::device::peers::CoreCopy;
 use crate::device::Device;
@@ -75,6 +75,18 @@ impl Device {
                 spread: moves.spread,
             },
             thread_totals: self.thread_totals(),
+            parts: (self.part_figures().into_iter())
+                .map(|(part, figures)| PartReport {
+                    part: part.to_string(),
+                    figures: (figures.into_iter())
+                        .map(|c| PartFigure {
+                            name: c.name.to_string(),
+                            value: c.value,
+                            level: c.kind == CounterKind::Level,
+                        })
+                        .collect(),
+                })
+                .collect(),
             ..Default::default()
         };
         self.add_last_second(&mut report);

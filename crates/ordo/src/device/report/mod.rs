@@ -43,6 +43,24 @@ pub struct InterfaceReport {
     pub cpus: Vec<CpuShow>,
     /// The detectors' findings over the last second.
     pub warnings: Vec<WarningReport>,
+    /// The figures of parts beside the data plane (the fleet's agent), each part's own.
+    #[serde(default)]
+    pub parts: Vec<PartReport>,
+}
+
+/// A part beside the data plane and its figures (see `Device::add_part`).
+#[derive(Serialize, Deserialize, Default, Debug, Clone, PartialEq)]
+pub struct PartReport {
+    pub part: String,
+    pub figures: Vec<PartFigure>,
+}
+
+#[derive(Serialize, Deserialize, Default, Debug, Clone, PartialEq)]
+pub struct PartFigure {
+    pub name: String,
+    pub value: u64,
+    /// A level (a gauge), not a count of events.
+    pub level: bool,
 }
 
 /// A peer as `wg show` shows it, without its preshared key, and where Ordo runs it.
