@@ -135,3 +135,80 @@ t_fleet_peers() {
     grep "caught up" "$LOGDIR/$IF_A.log" >/dev/null || fail "no catch-up in the log"
     [[ $(fleet_figure etcd_up) == 1 ]] || fail "etcd_up stayed 0 after etcd came back"
 }
+
+# frr_start NS NAME ZEBRA_CONF BGPD_CONF: FRR's zebra and bgpd in NS (one instance per
+# namespace, its sockets, pid files and logs in /tmp/ordo-frr-NAME, which FRR's own user
+# must reach); returns once bgpd's vty answers.
+frr_start() {
+    local ns=$1 dir=/tmp/ordo-frr-$2
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    printf '%s\n' "$3" >"$dir/zebra.conf"
+    printf '%s\n' "$4" >"$dir/bgpd.conf"
+    chown -R frr:frr "$dir"
+    chmod 755 "$dir"
+    local common=(-u frr -g frr --vty_socket "$dir" -z "$dir/zserv.api" -d -A 127.0.0.1)
+    ip netns exec "$ns" /usr/lib/frr/zebra "${common[@]}" -i "$dir/zebra.pid" -f "$dir/zebra.conf" \
+        --log "file:$dir/zebra.log" >>"$dir/start.log" 2>&1
+    ip netns exec "$ns" /usr/lib/frr/bgpd "${common[@]}" -i "$dir/bgpd.pid" -f "$dir/bgpd.conf" \
+        --log "file:$dir/bgpd.log" >>"$dir/start.log" 2>&1
+    local _
+    for _ in $(seq 50); do
+        [[ -S $dir/bgpd.vty ]] && return 0
+        sleep 0.1
+    done
+    fail "FRR did not start in $ns (see $dir)"
+}
+
+# vtysh_in NAME COMMAND: a vtysh command to the FRR instance frr_start named NAME.
+vtysh_in() { vtysh --vty_socket "/tmp/ordo-frr-$1" -c "$2"; }
+
+# bgp_route NS PREFIX: the kernel in NS has PREFIX from BGP, through host A.
+bgp_route() { ip -n "$1" route show "$2" proto bgp 2>/dev/null | grep "via $OUT_A" >/dev/null; }
+no_bgp_route() { ! bgp_route "$@"; }
+
+# The return routes as FRR takes them: the gateway's zebra imports its fleet table, its bgpd
+# announces it to a router (here in host B, beside the client), which installs the client's
+# network through the gateway while the gateway holds the client's session.
+t_fleet_bgp() {
+    make_hosts
+    etcd_start "$NS_A" "$LOGDIR/etcd-data"
+    KEY_A=$(genkey); KEY_B=$(genkey)
+    PUB_A=$(pubkey "$KEY_A"); PUB_B=$(pubkey "$KEY_B")
+    local lan=10.55.0.0/24
+    ORDO_FLEET=itest ORDO_FLEET_ETCD=$ETCD_URL ORDO_FLEET_ROUTE_TABLE=100 start_impl ordo "$NS_A" "$IF_A"
+    (umask 077 && echo "$KEY_A" >"$LOGDIR/a.key")
+    ip netns exec "$NS_A" wg set "$IF_A" private-key "$LOGDIR/a.key" listen-port "$PORT_A"
+    start_impl wireguard-go "$NS_B" "$IF_B"
+    configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "$OUT_A:$PORT_A" "$IN_A/32"
+    inner_addresses "$NS_A" "$IF_A" "$IN_A" "$IN6_A"
+    inner_addresses "$NS_B" "$IF_B" "$IN_B" "$IN6_B"
+    frr_start "$NS_A" gw "ip import-table 100" "router bgp 65001
+ bgp router-id $OUT_A
+ no bgp ebgp-requires-policy
+ neighbor $OUT_B remote-as 65000
+ neighbor $OUT_B timers connect 1
+ address-family ipv4 unicast
+  redistribute table 100
+ exit-address-family"
+    frr_start "$NS_B" router "" "router bgp 65000
+ bgp router-id $OUT_B
+ no bgp ebgp-requires-policy
+ neighbor $OUT_A remote-as 65001
+ neighbor $OUT_A timers connect 1"
+    local ms
+    ms=$(wait_for 30 sh -c "vtysh --vty_socket /tmp/ordo-frr-router -c 'show bgp summary' | grep -E '^$OUT_A .* [0-9]+ +[0-9]+ +N/A'") \
+        || fail "no BGP session: $(vtysh_in router 'show bgp summary')"
+    log "    BGP session up after ${ms} ms"
+    no_bgp_route "$NS_B" "$lan" || fail "announced before the client has a session"
+
+    ip netns exec "$NS_A" env ORDO_FLEET_ETCD="$ETCD_URL" "$ORDO" fleet itest add "$PUB_B" --allowed-ips "$IN_B/32,$lan"
+    wait_for 5 peer_listed "$PUB_B" >/dev/null || fail "the peer never reached the gateway"
+    ping_ok "$NS_B" "$IN_A" 3 || fail "the client does not get through"
+    ms=$(wait_for 10 bgp_route "$NS_B" "$lan") || fail "the router never learned $lan: $(vtysh_in router 'show ip bgp')"
+    log "    the router learned the client's network through the gateway ${ms} ms after the handshake"
+
+    ip netns exec "$NS_A" env ORDO_FLEET_ETCD="$ETCD_URL" "$ORDO" fleet itest remove "$PUB_B"
+    ms=$(wait_for 10 no_bgp_route "$NS_B" "$lan") || fail "the route stayed on the router after the peer went"
+    log "    withdrawn from the router ${ms} ms after the peer was removed"
+}

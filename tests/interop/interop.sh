@@ -112,6 +112,7 @@ run_test "detectors" t_detectors
 run_test "top" t_top
 run_test "doctor" t_doctor
 run_test "fleet_peers" t_fleet_peers
+run_test "fleet_bgp" t_fleet_bgp
 if ((QUICK == 0)); then
     run_test "rekey[wireguard-go]" t_rekey wireguard-go
 fi
