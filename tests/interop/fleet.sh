@@ -212,3 +212,50 @@ t_fleet_bgp() {
     ms=$(wait_for 10 no_bgp_route "$NS_B" "$lan") || fail "the route stayed on the router after the peer went"
     log "    withdrawn from the router ${ms} ms after the peer was removed"
 }
+
+# announced NS: the fleet's address is in the fleet's table (what the gateway's BGP daemon
+# announces).
+ANYCAST=198.51.100.1
+announced() { ip -n "$NS_A" route show table 100 2>/dev/null | grep -E "^$ANYCAST dev lo( |$)" >/dev/null; }
+withdrawn() { ! announced; }
+
+# The watch: the fleet's address announced while the gateway's data path answers probes
+# through its own tunnel, withdrawn when the daemon is frozen (alive but not forwarding) or its
+# inner device is down (control plane up, data path broken), and when the watch stops.
+t_fleet_health() {
+    make_hosts
+    KEY_A=$(genkey)
+    start_impl ordo "$NS_A" "$IF_A"
+    (umask 077 && echo "$KEY_A" >"$LOGDIR/a.key")
+    ip netns exec "$NS_A" wg set "$IF_A" private-key "$LOGDIR/a.key" listen-port "$PORT_A"
+    inner_addresses "$NS_A" "$IF_A" "$IN_A" "$IN6_A"
+    ip netns exec "$NS_A" "$ORDO" fleet itest watch "$IF_A" --announce "$ANYCAST/32" --table 100 \
+        --probe-from 10.99.0.254 --probe-to "$IN_A" >"$LOGDIR/watch.log" 2>&1 &
+    local watch=$! ms daemon
+    # The daemon: the process listening on the interface's UAPI socket.
+    daemon=$(ip netns exec "$NS_A" ss -xlpn | grep "/var/run/wireguard/$IF_A.sock " | grep -o 'pid=[0-9]*' | cut -d= -f2)
+    [[ $daemon =~ ^[0-9]+$ ]] || fail "not one daemon: $daemon"
+    ms=$(wait_for 5 announced) || fail "never announced: $(cat "$LOGDIR/watch.log")"
+    log "    announced ${ms} ms after the watch started"
+
+    kill -STOP "$daemon"
+    ms=$(wait_for 3 withdrawn) || { kill -CONT "$daemon"; fail "a frozen gateway stayed announced"; }
+    log "    frozen daemon: withdrawn after ${ms} ms"
+    kill -CONT "$daemon"
+    ms=$(wait_for 5 announced) || fail "not announced again after the daemon thawed: $(cat "$LOGDIR/watch.log")"
+    log "    thawed: announced again after ${ms} ms"
+
+    # The control plane up (the UAPI answers), the data path broken.
+    ip -n "$NS_A" link set "$IF_A" down
+    ms=$(wait_for 3 withdrawn) || fail "a gateway whose inner device is down stayed announced"
+    wg show "$IF_A" >/dev/null || fail "the UAPI stopped answering"
+    log "    inner device down: withdrawn after ${ms} ms"
+    ip -n "$NS_A" link set "$IF_A" up
+    ms=$(wait_for 5 announced) || fail "not announced again after the inner device came back"
+
+    kill "$watch"
+    wait "$watch" 2>/dev/null || true
+    withdrawn || fail "still announced after the watch stopped"
+    [[ -z $(wg show "$IF_A" peers) ]] || fail "the probe's peer stayed: $(wg show "$IF_A" peers)"
+    grep "withdrawing $ANYCAST/32" "$LOGDIR/watch.log" >/dev/null || fail "no withdrawal in the log: $(cat "$LOGDIR/watch.log")"
+}

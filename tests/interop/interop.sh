@@ -113,6 +113,7 @@ run_test "top" t_top
 run_test "doctor" t_doctor
 run_test "fleet_peers" t_fleet_peers
 run_test "fleet_bgp" t_fleet_bgp
+run_test "fleet_health" t_fleet_health
 if ((QUICK == 0)); then
     run_test "rekey[wireguard-go]" t_rekey wireguard-go
 fi

@@ -53,6 +53,30 @@ enum FleetAction {
         #[arg(long)]
         json: bool,
     },
+    /// Watch a gateway's data path with probes through its own tunnel, and announce the
+    /// fleet's addresses (routes in the table its BGP daemon imports) only while it answers.
+    Watch {
+        /// The gateway's interface on this machine.
+        ifname: String,
+        /// The fleet's addresses to announce, comma-separated (198.51.100.1/32).
+        #[arg(long, value_delimiter = ',', required = true)]
+        announce: Vec<ipnet::IpNet>,
+        /// The table the announcements go in (the gateway's FRR: `ip import-table N`).
+        #[arg(long)]
+        table: u32,
+        /// The probe's address inside the tunnel, within the interface's prefix.
+        #[arg(long)]
+        probe_from: std::net::Ipv4Addr,
+        /// The gateway's inner address, which the probe pings.
+        #[arg(long)]
+        probe_to: std::net::Ipv4Addr,
+        /// Milliseconds between probes.
+        #[arg(long, default_value_t = 100)]
+        interval_ms: u64,
+        /// Probes in a row, answered or not, that change the verdict.
+        #[arg(long, default_value_t = 3)]
+        misses: u32,
+    },
 }
 
 pub fn run(args: FleetArgs) -> Result<()> {
@@ -99,6 +123,38 @@ pub fn run(args: FleetArgs) -> Result<()> {
                 bail!("fleet {} has no peer {public_key}", args.name);
             }
             Ok(())
+        }
+        FleetAction::Watch {
+            ifname,
+            announce,
+            table,
+            probe_from,
+            probe_to,
+            interval_ms,
+            misses,
+        } => {
+            if fleet::parse_route_table(&table.to_string())
+                .map_err(anyhow::Error::msg)?
+                .is_none()
+                || misses == 0
+            {
+                bail!("--table names a table and --misses is at least 1");
+            }
+            ordo::logging::init(&format!("fleet-watch-{ifname}"), log::LevelFilter::Info);
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            for signal in [libc::SIGTERM, libc::SIGINT] {
+                signal_hook::flag::register(signal, stop.clone())?;
+            }
+            let settings = ordo::fleet::watch::WatchSettings {
+                ifname,
+                announce,
+                table,
+                probe_from,
+                probe_to,
+                interval: std::time::Duration::from_millis(interval_ms.max(10)),
+                misses,
+            };
+            ordo::fleet::watch::run(&settings, stop)
         }
         FleetAction::List { json } => {
             let listing = admin.list()?;

@@ -81,6 +81,24 @@ impl Netlink {
             .with_context(|| format!("adding route {net} (table {table})"))
     }
 
+    /// Removes the route for `net` through the interface from `table`; none there is no
+    /// error.
+    pub fn delete_route(&self, index: u32, net: IpNet, table: u32) -> Result<()> {
+        let h = self.handle.clone();
+        let msg = RouteMessageBuilder::<IpAddr>::new()
+            .destination_prefix(net.network(), net.prefix_len())
+            .map_err(|e| anyhow!("route {net}: {e:?}"))?
+            .output_interface(index)
+            .table_id(table)
+            .build();
+        match self.rt.block_on(h.route().del(msg).execute()) {
+            Ok(()) => Ok(()),
+            // ESRCH: no such route.
+            Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ESRCH => Ok(()),
+            Err(e) => Err(anyhow!("removing route {net} (table {table}): {e}")),
+        }
+    }
+
     /// wg-quick's default-route scheme: packets without `mark` look up `table`, which routes
     /// everything into the tunnel; the tunnel's own outer packets carry `mark` and use the
     /// main table, whose default route is ignored for everything else.

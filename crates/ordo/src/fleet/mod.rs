@@ -12,6 +12,7 @@ pub mod reconcile;
 pub mod record;
 pub mod routes;
 mod store;
+pub mod watch;
 
 use std::path::PathBuf;
 
