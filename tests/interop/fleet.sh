@@ -60,13 +60,14 @@ peer_absent() { ! peer_listed "$1"; }
 return_route() { ip "-$1" -n "$NS_A" route show table 100 2>/dev/null | grep -E "^$2 dev $IF_A( |$)" >/dev/null; }
 no_return_route() { ! return_route "$@"; }
 
-t_fleet_peers() {
+# fleet_gateway_and_client: etcd and an Ordo gateway of fleet `itest` (return routes in table
+# 100) in host A, its key and port set as always and its peers left to the fleet; a
+# wireguard-go client in host B that knows the gateway. Sets KEY_A KEY_B PUB_A PUB_B.
+fleet_gateway_and_client() {
     make_hosts
     etcd_start "$NS_A" "$LOGDIR/etcd-data"
     KEY_A=$(genkey); KEY_B=$(genkey)
     PUB_A=$(pubkey "$KEY_A"); PUB_B=$(pubkey "$KEY_B")
-    local fleet=(ip netns exec "$NS_A" env ORDO_FLEET_ETCD="$ETCD_URL" "$ORDO" fleet itest)
-    # The gateway: its key and port from the file as always, its peers from the fleet.
     ORDO_FLEET=itest ORDO_FLEET_ETCD=$ETCD_URL ORDO_FLEET_ROUTE_TABLE=100 start_impl ordo "$NS_A" "$IF_A"
     (umask 077 && echo "$KEY_A" >"$LOGDIR/a.key")
     ip netns exec "$NS_A" wg set "$IF_A" private-key "$LOGDIR/a.key" listen-port "$PORT_A"
@@ -74,6 +75,11 @@ t_fleet_peers() {
     configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "$OUT_A:$PORT_A" "$IN_A/32"
     inner_addresses "$NS_A" "$IF_A" "$IN_A" "$IN6_A"
     inner_addresses "$NS_B" "$IF_B" "$IN_B" "$IN6_B"
+}
+
+t_fleet_peers() {
+    fleet_gateway_and_client
+    local fleet=(ip netns exec "$NS_A" env ORDO_FLEET_ETCD="$ETCD_URL" "$ORDO" fleet itest)
     ! ping_ok "$NS_B" "$IN_A" 1 2 || fail "a client the fleet does not know got through"
 
     "${fleet[@]}" add "$PUB_B" --allowed-ips "$IN_B/32,$IN6_B/128"
@@ -171,18 +177,8 @@ no_bgp_route() { ! bgp_route "$@"; }
 # announces it to a router (here in host B, beside the client), which installs the client's
 # network through the gateway while the gateway holds the client's session.
 t_fleet_bgp() {
-    make_hosts
-    etcd_start "$NS_A" "$LOGDIR/etcd-data"
-    KEY_A=$(genkey); KEY_B=$(genkey)
-    PUB_A=$(pubkey "$KEY_A"); PUB_B=$(pubkey "$KEY_B")
+    fleet_gateway_and_client
     local lan=10.55.0.0/24
-    ORDO_FLEET=itest ORDO_FLEET_ETCD=$ETCD_URL ORDO_FLEET_ROUTE_TABLE=100 start_impl ordo "$NS_A" "$IF_A"
-    (umask 077 && echo "$KEY_A" >"$LOGDIR/a.key")
-    ip netns exec "$NS_A" wg set "$IF_A" private-key "$LOGDIR/a.key" listen-port "$PORT_A"
-    start_impl wireguard-go "$NS_B" "$IF_B"
-    configure "$NS_B" "$IF_B" "$KEY_B" "$PORT_B" "$PUB_A" "$OUT_A:$PORT_A" "$IN_A/32"
-    inner_addresses "$NS_A" "$IF_A" "$IN_A" "$IN6_A"
-    inner_addresses "$NS_B" "$IF_B" "$IN_B" "$IN6_B"
     frr_start "$NS_A" gw "ip import-table 100" "router bgp 65001
  bgp router-id $OUT_A
  no bgp ebgp-requires-policy

@@ -5,7 +5,7 @@ use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use ordo::fleet::admin::Admin;
 use ordo::fleet::record::FleetPeer;
-use ordo::fleet::{self, FleetSettings};
+use ordo::settings::fleet::{self, FleetSettings};
 use ordo_proto::PublicKey;
 use std::path::PathBuf;
 

@@ -19,6 +19,16 @@ async fn exec_rule<T>(mut r: RuleAddRequest<T>, invert: bool, suppress_default: 
     r.execute().await
 }
 
+/// The route for `net` through interface `index` in `table`.
+fn route_message(index: u32, net: IpNet, table: u32) -> Result<rtnetlink::packet_route::route::RouteMessage> {
+    Ok(RouteMessageBuilder::<IpAddr>::new()
+        .destination_prefix(net.network(), net.prefix_len())
+        .map_err(|e| anyhow!("route {net}: {e:?}"))?
+        .output_interface(index)
+        .table_id(table)
+        .build())
+}
+
 /// A netlink connection driven by a small single-threaded runtime of its own, so the rest
 /// of Ordo stays free of async.
 pub struct Netlink {
@@ -70,12 +80,7 @@ impl Netlink {
     /// Adds a route for `net` through the interface into `table` (254 is main).
     pub fn add_route(&self, index: u32, net: IpNet, table: u32) -> Result<()> {
         let h = self.handle.clone();
-        let msg = RouteMessageBuilder::<IpAddr>::new()
-            .destination_prefix(net.network(), net.prefix_len())
-            .map_err(|e| anyhow!("route {net}: {e:?}"))?
-            .output_interface(index)
-            .table_id(table)
-            .build();
+        let msg = route_message(index, net, table)?;
         self.rt
             .block_on(h.route().add(msg).replace().execute())
             .with_context(|| format!("adding route {net} (table {table})"))
@@ -85,12 +90,7 @@ impl Netlink {
     /// error.
     pub fn delete_route(&self, index: u32, net: IpNet, table: u32) -> Result<()> {
         let h = self.handle.clone();
-        let msg = RouteMessageBuilder::<IpAddr>::new()
-            .destination_prefix(net.network(), net.prefix_len())
-            .map_err(|e| anyhow!("route {net}: {e:?}"))?
-            .output_interface(index)
-            .table_id(table)
-            .build();
+        let msg = route_message(index, net, table)?;
         match self.rt.block_on(h.route().del(msg).execute()) {
             Ok(()) => Ok(()),
             // ESRCH: no such route.

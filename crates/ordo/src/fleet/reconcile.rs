@@ -32,11 +32,11 @@ pub fn plan(
     {
         peers.push(PeerPlan {
             remove: true,
-            ..bare(*key)
+            ..PeerPlan::new(*key)
         });
     }
     for (key, want) in desired {
-        let mut p = bare(*key);
+        let mut p = PeerPlan::new(*key);
         let have = now.get(key);
         let same_ips = have.is_some_and(|h| {
             let a: BTreeSet<_> = h.allowed_ips.iter().collect();
@@ -65,19 +65,6 @@ pub fn plan(
         ..SetPlan::default()
     });
     (plan, owned_after)
-}
-
-fn bare(public_key: PublicKey) -> PeerPlan {
-    PeerPlan {
-        public_key,
-        remove: false,
-        update_only: false,
-        preshared_key: None,
-        endpoint: None,
-        persistent_keepalive: None,
-        replace_allowed_ips: false,
-        allowed_ips: Vec::new(),
-    }
 }
 
 #[cfg(test)]

@@ -73,6 +73,22 @@ pub struct PeerPlan {
     pub allowed_ips: Vec<AllowedIpChange>,
 }
 
+impl PeerPlan {
+    /// A plan that names the peer and changes nothing yet (adds it if it is new).
+    pub fn new(public_key: PublicKey) -> PeerPlan {
+        PeerPlan {
+            public_key,
+            remove: false,
+            update_only: false,
+            preshared_key: None,
+            endpoint: None,
+            persistent_keepalive: None,
+            replace_allowed_ips: false,
+            allowed_ips: Vec::new(),
+        }
+    }
+}
+
 /// Everything one `set=1` request asks for, in order.
 #[derive(Debug, Clone, Default)]
 pub struct SetPlan {
@@ -138,16 +154,7 @@ pub fn parse_set<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<SetPlan
             ("public_key", _) => {
                 let public_key = PublicKey::from_hex(value)
                     .map_err(|_| UapiError::invalid(n, "public_key must be 64 lower-case hex digits"))?;
-                plan.peers.push(PeerPlan {
-                    public_key,
-                    remove: false,
-                    update_only: false,
-                    preshared_key: None,
-                    endpoint: None,
-                    persistent_keepalive: None,
-                    replace_allowed_ips: false,
-                    allowed_ips: Vec::new(),
-                });
+                plan.peers.push(PeerPlan::new(public_key));
             }
             ("private_key" | "listen_port" | "fwmark" | "replace_peers", Some(_)) => {
                 return Err(UapiError::protocol(

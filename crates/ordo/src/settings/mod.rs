@@ -2,11 +2,13 @@
 //! (`Model = inline`), as the command line does (`--model inline`) and the environment
 //! (`ORDO_MODEL=inline`).
 
-use crate::fleet::{self, FleetSettings};
+pub mod fleet;
+
 use crate::host::topology::{self, format_cpu_list};
 use crate::outer::xdp::attach::Mode as XdpMode;
 use crate::outer::OuterKind;
 use crate::placement::model::PlacementSettings;
+use fleet::FleetSettings;
 
 /// An interface's settings beyond WireGuard's own: where its threads run, which outer path
 /// it takes, its metrics endpoint. The inner side is chosen by how the interface is brought
