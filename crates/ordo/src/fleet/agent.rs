@@ -18,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use etcd_client::{EventType, GetOptions, WatchOptions};
 use ordo_proto::PublicKey;
 use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -90,7 +91,7 @@ impl Agent {
         // Whether etcd is out of reach: said once when it goes, once when it is back.
         let mut failing = false;
         loop {
-            let e = self.follow(&device, &mut state, &mut failing).await.unwrap_err();
+            let Err(e) = self.follow(&device, &mut state, &mut failing).await;
             if failing {
                 log::debug!("fleet: etcd: {e:#}");
                 retry = (retry * 2).min(RETRY_LONGEST);
@@ -120,7 +121,7 @@ impl Agent {
 
     /// One connection's life: read everything, then follow the changes. Returns only with
     /// the error that ended it.
-    async fn follow(&self, device: &Arc<Device>, state: &mut State, failing: &mut bool) -> Result<()> {
+    async fn follow(&self, device: &Arc<Device>, state: &mut State, failing: &mut bool) -> Result<Infallible> {
         let mut client = self.dial.connect().await?;
         let peers = record::peers_prefix(&self.prefix);
         let read = client.get(peers.as_str(), Some(GetOptions::new().with_prefix()));
