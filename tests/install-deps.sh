@@ -16,7 +16,7 @@ dpkg -s libprotobuf-dev >/dev/null 2>&1 || need_apt+=(libprotobuf-dev)
 [[ "${1:-}" == --build ]] || for pair in wg:wireguard-tools iperf3:iperf3 ping:iputils-ping tcpdump:tcpdump ip:iproute2 python3:python3 nft:nftables \
     curl:curl nc:netcat-openbsd setpriv:util-linux dnsmasq:dnsmasq-base ssh:openssh-client sshd:openssh-server tmux:tmux \
     ethtool:ethtool conntrack:conntrack gcc:gcc \
-    promtool:prometheus etcd:etcd-server etcdctl:etcd-client vtysh:frr; do
+    promtool:prometheus etcd:etcd-server etcdctl:etcd-client vtysh:frr openssl:openssl; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done
 # The leak suite's probe is built static too (tests/stack/leak-probe.c): the C library's

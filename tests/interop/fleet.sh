@@ -255,3 +255,52 @@ t_fleet_health() {
     [[ -z $(wg show "$IF_A" peers) ]] || fail "the probe's peer stayed: $(wg show "$IF_A" peers)"
     grep "withdrawing $ANYCAST/32" "$LOGDIR/watch.log" >/dev/null || fail "no withdrawal in the log: $(cat "$LOGDIR/watch.log")"
 }
+
+# make_certs DIR: a CA, etcd's certificate for 127.0.0.1 (server and client use: etcd's own
+# gateway dials itself with it) and a gateway's client certificate, P-256, for two days.
+make_certs() {
+    local d=$1
+    mkdir -p "$d"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$d/ca.key" -out "$d/ca.pem" \
+        -days 2 -subj /CN=ordo-test-ca 2>/dev/null
+    local who ext
+    for who in server client; do
+        [[ $who == server ]] && ext='subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth' \
+            || ext='extendedKeyUsage=clientAuth'
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$d/$who.key" -out "$d/$who.csr" \
+            -subj "/CN=$who" 2>/dev/null
+        printf "$ext\n" >"$d/$who.ext"
+        openssl x509 -req -in "$d/$who.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -out "$d/$who.pem" \
+            -days 2 -extfile "$d/$who.ext" 2>/dev/null
+    done
+    chmod 600 "$d"/*.key
+}
+
+# etcd over TLS with client certificates: the gateway (which drops to nobody after setup)
+# reads its key, readable by root alone, before it drops, and takes its peers over TLS; a
+# client without a certificate is refused.
+t_fleet_tls() {
+    make_hosts
+    local certs=$LOGDIR/certs url=https://127.0.0.1:2379
+    make_certs "$certs"
+    ip netns exec "$NS_A" etcd --name fleet-tls --data-dir "$LOGDIR/etcd-tls" \
+        --listen-client-urls "$url" --advertise-client-urls "$url" \
+        --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+        --initial-cluster fleet-tls=http://127.0.0.1:2380 --cert-file "$certs/server.pem" \
+        --key-file "$certs/server.key" --trusted-ca-file "$certs/ca.pem" --client-cert-auth >>"$LOGDIR/etcd.log" 2>&1 &
+    local tls=(--etcd "$url" --cacert "$certs/ca.pem" --cert "$certs/client.pem" --key "$certs/client.key")
+    wait_for 10 ip netns exec "$NS_A" "$ORDO" fleet itest "${tls[@]}" list >/dev/null || fail "etcd over TLS did not answer"
+    ! ip netns exec "$NS_A" "$ORDO" fleet itest --etcd "$url" --cacert "$certs/ca.pem" list 2>/dev/null \
+        || fail "etcd took a client without a certificate"
+    KEY_A=$(genkey); KEY_B=$(genkey)
+    PUB_B=$(pubkey "$KEY_B")
+    ORDO_FLEET=itest ORDO_FLEET_ETCD=$url ORDO_FLEET_ETCD_CA=$certs/ca.pem ORDO_FLEET_ETCD_CERT=$certs/client.pem \
+        ORDO_FLEET_ETCD_KEY=$certs/client.key start_impl ordo "$NS_A" "$IF_A"
+    (umask 077 && echo "$KEY_A" >"$LOGDIR/a.key")
+    ip netns exec "$NS_A" wg set "$IF_A" private-key "$LOGDIR/a.key" listen-port "$PORT_A"
+    ip netns exec "$NS_A" "$ORDO" fleet itest "${tls[@]}" add "$PUB_B" --allowed-ips "$IN_B/32"
+    local ms
+    ms=$(wait_for 5 peer_listed "$PUB_B") || fail "no peer over TLS: $(grep fleet "$LOGDIR/$IF_A.log")"
+    log "    a peer put over TLS was on the gateway after ${ms} ms"
+    [[ $(fleet_figure etcd_up) == 1 ]] || fail "etcd_up $(fleet_figure etcd_up)"
+}

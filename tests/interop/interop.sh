@@ -114,6 +114,7 @@ run_test "doctor" t_doctor
 run_test "fleet_peers" t_fleet_peers
 run_test "fleet_bgp" t_fleet_bgp
 run_test "fleet_health" t_fleet_health
+run_test "fleet_tls" t_fleet_tls
 if ((QUICK == 0)); then
     run_test "rekey[wireguard-go]" t_rekey wireguard-go
 fi
