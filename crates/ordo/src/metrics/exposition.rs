@@ -74,6 +74,7 @@ pub fn render_report(report: &InterfaceReport) -> String {
     let mut families = Vec::new();
     peers(&mut families, report);
     plane(&mut families, report);
+    parts(&mut families, report);
     threads(&mut families, report);
     health(&mut families, report);
     let families: Vec<MetricFamily> = (families.into_iter())
@@ -195,23 +196,6 @@ fn plane(out: &mut Vec<Family>, report: &InterfaceReport) {
         family.add(&[("name", &p.name)], count(&p.name));
     }
     out.extend([drops, state, events]);
-    let mut part_state = Family::gauge(
-        "ordo_part_state",
-        "How a part beside the data plane stands (the fleet's agent: etcd reached, its revision, its peers and return routes).",
-    );
-    let mut part_events = Family::counter(
-        "ordo_part_events_total",
-        "What a part beside the data plane counts (the fleet's agent: records refused, etcd lost, changes applied).",
-    );
-    for p in &report.parts {
-        for f in &p.figures {
-            let family = if f.level { &mut part_state } else { &mut part_events };
-            family.add(&[("part", &p.part), ("name", &f.name)], f.value as f64);
-        }
-    }
-    if !report.parts.is_empty() {
-        out.extend([part_state, part_events]);
-    }
     for (name, help, value) in [
         (
             "ordo_handshakes_initiated_total",
@@ -296,6 +280,25 @@ fn plane(out: &mut Vec<Family>, report: &InterfaceReport) {
         }
     }
     out.extend([released, releases, other, idle, wait]);
+}
+
+/// The figures of the parts beside the data plane (the fleet's agent), by part and name.
+fn parts(out: &mut Vec<Family>, report: &InterfaceReport) {
+    let mut part_state = Family::gauge(
+        "ordo_part_state",
+        "How a part beside the data plane stands (the fleet's agent: etcd reached, its revision, its peers and return routes).",
+    );
+    let mut part_events = Family::counter(
+        "ordo_part_events_total",
+        "What a part beside the data plane counts (the fleet's agent: records refused, etcd lost, changes applied).",
+    );
+    for p in &report.parts {
+        for f in &p.figures {
+            let family = if f.level { &mut part_state } else { &mut part_events };
+            family.add(&[("part", &p.part), ("name", &f.name)], f.value as f64);
+        }
+    }
+    out.extend([part_state, part_events]);
 }
 
 /// Per thread and stage, Ordo's own measure of its work, beside what the OS charged each
