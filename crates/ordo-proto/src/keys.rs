@@ -133,6 +133,10 @@ impl PrivateKey {
     pub fn public_key(&self) -> PublicKey {
         crate::scrub::scrubbed(|| PublicKey(crate::curve::public_of(&self.secret())))
     }
+    /// The key's bytes, for deriving keys of Ordo's own from it (`fleet::EnvelopeKey`).
+    pub(crate) fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
     /// The curve's scalar: a copy of the key by value. Make it where the stack is wiped
     /// afterwards ([`crate::scrub`]).
     pub(crate) fn secret(&self) -> x25519_dalek::StaticSecret {

@@ -20,6 +20,7 @@
 //! - [`ratelimiter`]: per-source handshake buckets used under load.
 //! - [`packet`]: the few inner IP header fields routing needs.
 //! - [`peer`]: one peer's state.
+//! - [`fleet`]: owners in receiver indices and envelopes, for gateways sharing one key.
 //! - [`interface`]: one interface's state, the entry point.
 
 pub mod allowed_ips;
@@ -27,6 +28,7 @@ pub mod cookie;
 pub mod crypto;
 mod curve;
 pub mod events;
+pub mod fleet;
 pub mod handshake;
 pub mod interface;
 pub mod keys;

@@ -116,6 +116,12 @@ impl Peer {
         self.sessions.current.as_ref().is_some_and(|s| s.can_send(now))
     }
 
+    /// Our receiver indices of the peer's sessions (previous, current, next): what its data
+    /// messages may name.
+    pub fn session_indices(&self) -> Vec<u32> {
+        self.sessions.indices().collect()
+    }
+
     /// Packets waiting for a handshake.
     pub fn staged_len(&self) -> usize {
         self.staged.len()

@@ -14,9 +14,46 @@ use std::time::{Instant, SystemTime};
 
 impl Interface {
     /// Processes one datagram from `src`, decrypting in place.
+    /// An envelope from another gateway of the fleet is opened and its datagram processed as
+    /// if it came from the client (ranges stay within `buf`).
     pub fn receive(&mut self, now: Instant, wall: SystemTime, src: SocketAddr, buf: &mut [u8]) -> Received {
+        if crate::fleet::is_envelope(buf) {
+            let opened = match self.open_envelope(src, buf) {
+                Ok(opened) => opened,
+                Err(reason) => return Received::Dropped(reason),
+            };
+            let at = opened.datagram_at;
+            return match self.receive_datagram(now, wall, opened.client, &mut buf[at..], true) {
+                Received::Packet { peer, range } => Received::Packet {
+                    peer,
+                    range: range.start + at..range.end + at,
+                },
+                other => other,
+            };
+        }
+        self.receive_datagram(now, wall, src, buf, false)
+    }
+
+    fn receive_datagram(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        src: SocketAddr,
+        buf: &mut [u8],
+        came_in_envelope: bool,
+    ) -> Received {
         let r = match messages::classify(buf) {
             None => Err(DropReason::Malformed),
+            Some(Kind::Data)
+                if self
+                    .receiving_session(messages::DataHeader::parse(buf).receiver)
+                    .is_none() =>
+            {
+                return match self.foreign_data(now, wall, src, buf, came_in_envelope) {
+                    super::Foreign::Dropped(r) => Received::Dropped(r),
+                    f => Received::Foreign(f),
+                };
+            }
             Some(Kind::Data) => self.receive_data(now, wall, src, buf),
             Some(Kind::Initiation) => self.receive_initiation(now, wall, src, buf),
             Some(Kind::Response) => self.receive_response(now, wall, src, buf),

@@ -53,7 +53,8 @@ impl Interface {
     pub(super) fn fresh_index(&mut self, id: PeerId) -> u32 {
         let queue = self.peers.get(&id).map_or(0, |p| p.queue);
         loop {
-            let i = steering::index_for_queue(self.rng.next_u32(), queue, self.queues);
+            let random = self.rng.next_u32();
+            let i = self.owned_index(steering::index_for_queue(random, queue, self.queues));
             if let std::collections::hash_map::Entry::Vacant(e) = self.indices.entry(i) {
                 e.insert(id);
                 return i;

@@ -27,10 +27,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 mod data;
+mod fleet;
 mod handshakes;
 mod timers;
 
 pub use data::{padded_len, seal_packet};
+pub use fleet::{FleetView, Foreign, ForeignSession};
 pub use handshakes::{HandshakeStep, PendingInitiation};
 
 /// Control messages waiting to be sent, at most this many; more are dropped and counted.
@@ -89,10 +91,12 @@ pub enum DropReason {
     TransmitQueueFull,
     /// The caller's output buffer cannot hold the message.
     BufferTooSmall,
+    /// A fleet envelope whose tag does not verify: not from a gateway of the fleet, or altered.
+    BadEnvelope,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 22] = [
+    pub const ALL: [DropReason; 23] = [
         DropReason::Malformed,
         DropReason::UnknownReceiver,
         DropReason::ExpiredSession,
@@ -115,6 +119,7 @@ impl DropReason {
         DropReason::StagedOverflow,
         DropReason::TransmitQueueFull,
         DropReason::BufferTooSmall,
+        DropReason::BadEnvelope,
     ];
 
     /// The snake_case name used in `ordo show` and in JSON.
@@ -142,6 +147,7 @@ impl DropReason {
             DropReason::StagedOverflow => "staged_overflow",
             DropReason::TransmitQueueFull => "transmit_queue_full",
             DropReason::BufferTooSmall => "buffer_too_small",
+            DropReason::BadEnvelope => "bad_envelope",
         }
     }
 }
@@ -154,6 +160,12 @@ pub struct Stats {
     pub handshakes_completed: u64,
     pub cookie_replies_sent: u64,
     pub cookie_replies_accepted: u64,
+    /// Fleet: data messages passed to the gateway that holds their session.
+    pub fleet_forwarded: u64,
+    /// Fleet: clients of a gateway that is down taken over with a handshake from here.
+    pub fleet_takeovers: u64,
+    /// Fleet: envelopes from other gateways opened here.
+    pub fleet_envelopes_opened: u64,
 }
 
 impl Stats {
@@ -186,6 +198,8 @@ pub enum Received {
     Handshake(PeerId),
     /// A cookie reply was sent instead of processing a handshake (we are under load).
     CookieSent,
+    /// A data message for another gateway's session, passed on or taken over (a fleet).
+    Foreign(Foreign),
     Dropped(DropReason),
 }
 
@@ -269,6 +283,8 @@ pub struct Interface {
     /// New peers are placed on the queues round robin (from a random start); the device
     /// moves them by load.
     next_queue: u32,
+    /// The fleet this interface is a gateway of, if any.
+    fleet: Option<fleet::FleetState>,
     /// Test hook: behave as under load whatever the rate.
     pub force_under_load: bool,
     /// When a session we initiated is renewed: REKEY_AFTER_TIME, but for a test that cannot
@@ -307,6 +323,7 @@ impl Interface {
             cookie_limiter: RateLimiter::new(ratelimiter::COOKIE_REPLIES),
             load_window: (now, 0),
             under_load_until: None,
+            fleet: None,
             force_under_load: false,
             rekey_after_time: crate::timers::REKEY_AFTER_TIME,
             queues: 1,

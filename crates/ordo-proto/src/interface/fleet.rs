@@ -1,0 +1,176 @@
+//! The interface as a gateway of a fleet (`crate::fleet`): its receiver indices name it, and a
+//! data message for a session it does not hold is passed to the gateway that does, or, when
+//! that gateway is down, answered with a handshake that takes the client over.
+//!
+//! What the fleet looks like (which gateways are up, where their envelopes go, the other
+//! gateways' sessions) is given by the caller, from the fleet's shared records; the core
+//! decides per datagram.
+
+use super::{DropReason, Interface};
+use crate::fleet::{self, EnvelopeKey, GatewayId};
+use crate::keys::PublicKey;
+use crate::messages;
+use crate::peer::PeerId;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Instant, SystemTime};
+
+/// Another gateway's session, as its record says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignSession {
+    pub client: PublicKey,
+    /// Where the client was last heard from by its owner.
+    pub endpoint: SocketAddr,
+}
+
+/// The fleet as this gateway sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FleetView {
+    /// The other gateways that are up, and where envelopes for them go.
+    pub gateways: HashMap<GatewayId, SocketAddr>,
+    /// The other gateways' sessions, by their receiver index.
+    pub sessions: HashMap<u32, ForeignSession>,
+}
+
+pub(super) struct FleetState {
+    pub(super) me: GatewayId,
+    view: FleetView,
+}
+
+impl FleetState {
+    pub(super) fn new(me: GatewayId) -> FleetState {
+        FleetState {
+            me,
+            view: FleetView::default(),
+        }
+    }
+}
+
+/// What became of a data message for a receiver index this interface does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Foreign {
+    /// Passed in an envelope to the gateway that holds its session.
+    Forwarded(GatewayId),
+    /// Its session's owner is down: a handshake to the client is under way from here.
+    TakenOver(PeerId),
+    Dropped(DropReason),
+}
+
+impl Interface {
+    /// Makes this interface gateway `me` of a fleet (None: of none). Indices drawn from now on
+    /// name it; those of sessions already made keep what they had.
+    pub fn set_fleet_gateway(&mut self, me: Option<GatewayId>) {
+        let me = me.filter(|g| g.0 != 0);
+        if self.fleet.as_ref().map(|f| f.me) != me {
+            self.fleet = me.map(FleetState::new);
+        }
+    }
+
+    pub fn fleet_gateway(&self) -> Option<GatewayId> {
+        self.fleet.as_ref().map(|f| f.me)
+    }
+
+    /// The fleet as the shared records have it now.
+    pub fn set_fleet_view(&mut self, view: FleetView) {
+        if let Some(f) = self.fleet.as_mut() {
+            f.view = view;
+        }
+    }
+
+    /// The key of envelopes: from our private key, which every gateway of the fleet shares.
+    fn envelope_key(&self) -> Option<EnvelopeKey> {
+        self.fleet.as_ref()?;
+        self.private_key().map(EnvelopeKey::of)
+    }
+
+    /// A fresh receiver index drawn at random is made to name us.
+    pub(super) fn owned_index(&self, index: u32) -> u32 {
+        match &self.fleet {
+            Some(f) => fleet::with_owner(index, f.me),
+            None => index,
+        }
+    }
+
+    /// Opens an envelope from another gateway of the fleet: the client it came from and
+    /// where its datagram starts. Counted when refused.
+    pub fn open_envelope(&mut self, src: SocketAddr, envelope: &[u8]) -> Result<fleet::Opened, DropReason> {
+        let opened = match self.envelope_key() {
+            Some(key) => fleet::open_envelope(&key, envelope).map_err(|_| DropReason::BadEnvelope),
+            None => Err(DropReason::Malformed),
+        };
+        match opened {
+            Ok(o) => {
+                self.stats.fleet_envelopes_opened += 1;
+                Ok(o)
+            }
+            Err(r) => {
+                self.dropped(r, Some(src));
+                Err(r)
+            }
+        }
+    }
+
+    /// A data message from `src` whose receiver index we do not know. Without a fleet, or for
+    /// an index of ours (an expired session), or for one that came in an envelope already,
+    /// it is dropped. Another gateway's that is up gets it in an envelope (in the transmit
+    /// queue); one that is down loses the client to us: we initiate a handshake to the
+    /// client at once (gateways share the static key, so the client takes it) instead of
+    /// leaving it to WireGuard's timers, which wait 15 s. Counted either way.
+    pub fn foreign_data(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        src: SocketAddr,
+        datagram: &[u8],
+        came_in_envelope: bool,
+    ) -> Foreign {
+        match self.foreign_verdict(now, wall, src, datagram, came_in_envelope) {
+            Ok(f) => f,
+            Err(r) => {
+                self.dropped(r, Some(src));
+                Foreign::Dropped(r)
+            }
+        }
+    }
+
+    fn foreign_verdict(
+        &mut self,
+        now: Instant,
+        wall: SystemTime,
+        src: SocketAddr,
+        datagram: &[u8],
+        came_in_envelope: bool,
+    ) -> Result<Foreign, DropReason> {
+        let Some(f) = &self.fleet else {
+            return Err(DropReason::UnknownReceiver);
+        };
+        let receiver = messages::DataHeader::parse(datagram).receiver;
+        let owner = fleet::owner_of(receiver);
+        if came_in_envelope || owner == f.me || owner.0 == 0 {
+            return Err(DropReason::UnknownReceiver);
+        }
+        if let Some(to) = f.view.gateways.get(&owner).copied() {
+            let key = self.envelope_key().ok_or(DropReason::NoPrivateKey)?;
+            self.push_transmit(to, fleet::seal_envelope(&key, src, datagram));
+            self.stats.fleet_forwarded += 1;
+            return Ok(Foreign::Forwarded(owner));
+        }
+        // The owner is down. Only a client heard from where its owner last heard it is taken
+        // over: a data message cannot be authenticated here, and one with a forged source
+        // must not point the client's endpoint elsewhere.
+        let session = f.view.sessions.get(&receiver).ok_or(DropReason::UnknownReceiver)?;
+        if session.endpoint != src {
+            return Err(DropReason::UnknownReceiver);
+        }
+        let id = *self.by_key.get(&session.client).ok_or(DropReason::UnknownPeer)?;
+        let peer = self.peers.get_mut(&id).expect("peer exists");
+        peer.endpoint = Some(src);
+        let before = self.stats.handshakes_initiated;
+        self.initiate(id, now, wall, false);
+        if self.stats.handshakes_initiated != before {
+            self.stats.fleet_takeovers += 1;
+            self.handshake_event(id, "its gateway is down: taking the client over");
+        }
+        Ok(Foreign::TakenOver(id))
+    }
+}
