@@ -90,7 +90,7 @@ pub fn run(args: FleetArgs) -> Result<()> {
         ca: args.cacert,
         cert: args.cert,
         key: args.key,
-        route_table: None,
+        ..FleetSettings::default()
     };
     let admin = Admin::new(&settings)?;
     let key = |text: &str| match PublicKey::from_base64(text) {
@@ -153,6 +153,7 @@ pub fn run(args: FleetArgs) -> Result<()> {
                 probe_to,
                 interval: std::time::Duration::from_millis(interval_ms.max(10)),
                 misses,
+                fleet: settings.clone(),
             };
             ordo::fleet::watch::run(&settings, stop)
         }

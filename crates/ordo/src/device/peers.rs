@@ -25,6 +25,28 @@ pub struct PeerCopy {
     pub tx_bytes: u64,
     pub persistent_keepalive: u16,
     pub allowed_ips: Vec<IpNet>,
+    /// Our receiver indices of its sessions (a fleet's session records carry them).
+    pub session_indices: Vec<u32>,
+}
+
+#[cfg(test)]
+impl PeerCopy {
+    /// A peer with nothing but its key, for tests to fill in.
+    pub fn bare(public_key: PublicKey) -> PeerCopy {
+        PeerCopy {
+            id: PeerId(0),
+            queue: 0,
+            public_key,
+            preshared_key: Box::default(),
+            endpoint: None,
+            last_handshake: None,
+            rx_bytes: 0,
+            tx_bytes: 0,
+            persistent_keepalive: 0,
+            allowed_ips: Vec::new(),
+            session_indices: Vec::new(),
+        }
+    }
 }
 
 /// What is copied under the lock: the peers and the allowed-IP table.
@@ -49,6 +71,7 @@ impl CoreCopy {
                 tx_bytes: p.tx_bytes,
                 persistent_keepalive: p.persistent_keepalive,
                 allowed_ips: Vec::new(),
+                session_indices: p.session_indices(),
             })
             .collect();
         CoreCopy { peers, prefixes }

@@ -16,6 +16,12 @@ pub struct FleetFigures {
     pub records_refused: AtomicU64,
     pub etcd_lost: AtomicU64,
     pub changes_applied: AtomicU64,
+    /// A gateway that shares sessions: its id, the other gateways up, the sessions it holds,
+    /// and the writes of their records.
+    pub gateway: AtomicU64,
+    pub gateways_up: AtomicU64,
+    pub sessions_held: AtomicU64,
+    pub session_writes: AtomicU64,
 }
 
 impl FleetFigures {
@@ -30,6 +36,10 @@ impl FleetFigures {
             Counter::new("records_refused", get(&self.records_refused)),
             Counter::new("etcd_lost", get(&self.etcd_lost)),
             Counter::new("changes_applied", get(&self.changes_applied)),
+            Counter::level("gateway", get(&self.gateway)),
+            Counter::level("gateways_up", get(&self.gateways_up)),
+            Counter::level("sessions_held", get(&self.sessions_held)),
+            Counter::new("session_writes", get(&self.session_writes)),
         ]
     }
 

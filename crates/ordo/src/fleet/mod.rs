@@ -8,9 +8,12 @@
 pub mod admin;
 pub mod agent;
 pub mod figures;
+pub mod gateways;
 pub mod reconcile;
 pub mod record;
+pub mod records;
 pub mod routes;
+pub mod sessions;
 mod store;
 pub mod watch;
 

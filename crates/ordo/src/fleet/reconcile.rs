@@ -70,7 +70,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ordo_proto::{PeerId, PresharedKey, PrivateKey};
+    use ordo_proto::PrivateKey;
 
     fn key(seed: u8) -> PublicKey {
         PrivateKey::from_bytes([seed; 32]).public_key()
@@ -86,16 +86,9 @@ mod tests {
 
     fn copy(k: PublicKey, ips: &[&str], keepalive: u16) -> PeerCopy {
         PeerCopy {
-            id: PeerId(0),
-            queue: 0,
-            public_key: k,
-            preshared_key: Box::new(PresharedKey::default()),
-            endpoint: None,
-            last_handshake: None,
-            rx_bytes: 0,
-            tx_bytes: 0,
             persistent_keepalive: keepalive,
             allowed_ips: ips.iter().map(|n| n.parse().unwrap()).collect(),
+            ..PeerCopy::bare(k)
         }
     }
 

@@ -160,21 +160,15 @@ impl ReturnRoutes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ordo_proto::{PeerId, PresharedKey, PrivateKey};
+    use ordo_proto::{PeerId, PrivateKey};
     use std::time::Duration;
 
     fn peer(seed: u8, ips: &[&str], handshake_ago: Option<u64>, now: SystemTime) -> PeerCopy {
         PeerCopy {
             id: PeerId(u64::from(seed)),
-            queue: 0,
-            public_key: PrivateKey::from_bytes([seed; 32]).public_key(),
-            preshared_key: Box::new(PresharedKey::default()),
-            endpoint: None,
             last_handshake: handshake_ago.map(|s| now - Duration::from_secs(s)),
-            rx_bytes: 0,
-            tx_bytes: 0,
-            persistent_keepalive: 0,
             allowed_ips: ips.iter().map(|n| n.parse().unwrap()).collect(),
+            ..PeerCopy::bare(PrivateKey::from_bytes([seed; 32]).public_key())
         }
     }
 

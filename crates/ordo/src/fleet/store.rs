@@ -4,7 +4,7 @@
 
 use super::FleetSettings;
 use anyhow::{Context, Result};
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, LeaseKeepAliveStream, LeaseKeeper, TlsOptions};
 use std::time::Duration;
 
 /// How often the connection is probed, and how long a probe may go unanswered. etcd closes
@@ -67,5 +67,47 @@ impl Dial {
 
     pub fn endpoints(&self) -> String {
         self.endpoints.join(",")
+    }
+}
+
+/// A lease of ours, kept alive while its holder lives: the keys put on it go when it stops
+/// being renewed (the holder died, or lost etcd for longer than the lease's time to live).
+pub struct Lease {
+    pub id: i64,
+    pub ttl: Duration,
+    keeper: LeaseKeeper,
+    answers: LeaseKeepAliveStream,
+}
+
+impl Lease {
+    pub async fn grant(client: &mut Client, ttl: Duration) -> Result<Lease> {
+        let granted = client
+            .lease_grant(ttl.as_secs() as i64, None)
+            .await
+            .context("granting a lease")?;
+        let (keeper, answers) = client.lease_keep_alive(granted.id()).await.context("keeping a lease")?;
+        Ok(Lease {
+            id: granted.id(),
+            ttl: Duration::from_secs(granted.ttl().max(1) as u64),
+            keeper,
+            answers,
+        })
+    }
+
+    /// How often to renew: three times per time to live, so that one lost renewal costs
+    /// nothing.
+    pub fn renew_every(&self) -> Duration {
+        self.ttl / 3
+    }
+
+    /// Renews the lease; an error if etcd says it has expired meanwhile.
+    pub async fn renew(&mut self) -> Result<()> {
+        self.keeper.keep_alive().await.context("renewing a lease")?;
+        let answer = tokio::time::timeout(TIMEOUT, self.answers.message())
+            .await
+            .context("renewing a lease: no answer")??
+            .context("etcd ended the lease's stream")?;
+        anyhow::ensure!(answer.ttl() > 0, "lease {:x} expired", self.id);
+        Ok(())
     }
 }

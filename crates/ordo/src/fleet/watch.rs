@@ -14,11 +14,26 @@
 //! from the fleet's table, so the gateway's BGP daemon stops announcing it, and the router's
 //! ECMP sends the clients elsewhere); after as many answered in a row it is announced again.
 //! Whole-machine failures are BFD's to notice.
+//!
+//! For a gateway that shares sessions (`FleetGateway =`, which its report names) the watch
+//! also keeps the gateway's health record in etcd ([`super::gateways`]): put while the
+//! gateway is announced, on a short lease of the watch's own, and deleted before the routes
+//! are withdrawn, so that the other gateways take the gateway's clients over instead of
+//! passing it their datagrams. On withdrawal it also removes the gateway's return routes
+//! from the table (the announcement's, which the return routes share): a frozen daemon
+//! cannot remove them itself, and the LAN's traffic for its clients must go to whichever
+//! gateway takes them.
 
+use super::gateways::{self, HealthRecord};
+use super::routes::ReturnRoutes;
+use super::store::{Dial, Lease};
+use super::FleetSettings;
 use crate::netconf::Netlink;
 use crate::uapi::client;
 use anyhow::{bail, Context, Result};
+use etcd_client::{Client, PutOptions};
 use ipnet::{IpNet, Ipv4Net};
+use ordo_proto::fleet::GatewayId;
 use ordo_proto::{Interface, PrivateKey, PublicKey, Received, Sent, SEND_HEADROOM};
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr};
@@ -42,6 +57,8 @@ pub struct WatchSettings {
     pub interval: Duration,
     /// Probes in a row, answered or not, that change the verdict.
     pub misses: u32,
+    /// The fleet and its etcd, for the health record.
+    pub fleet: FleetSettings,
 }
 
 /// The gateway's health as the probes have it, with hysteresis: `misses` in a row change it.
@@ -83,6 +100,8 @@ impl Default for Verdict {
 
 /// The probe: a WireGuard peer of the gateway on a loopback socket.
 struct Probe {
+    /// The gateway's id in the fleet, if it shares sessions (its report says).
+    gateway: Option<GatewayId>,
     core: Interface,
     sock: UdpSocket,
     from: Ipv4Addr,
@@ -98,6 +117,13 @@ impl Probe {
     /// loopback address at its listen port.
     fn register(s: &WatchSettings, key: &PrivateKey) -> Result<Probe> {
         let report = crate::show::fetch(&s.ifname)?;
+        let fleet_gateway = (report.parts.iter())
+            .filter(|p| p.part == "fleet")
+            .flat_map(|p| p.figures.iter())
+            .find(|f| f.name == "gateway")
+            .and_then(|f| u8::try_from(f.value).ok())
+            .filter(|id| *id != 0)
+            .map(GatewayId);
         let gateway_key = PublicKey::from_base64(report.public_key.as_deref().context("the gateway has no key yet")?)
             .map_err(|_| anyhow::anyhow!("the gateway's public key"))?;
         let body = format!(
@@ -116,6 +142,7 @@ impl Probe {
         let sock = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
         sock.set_read_timeout(Some(Duration::from_millis(5)))?;
         Ok(Probe {
+            gateway: fleet_gateway,
             core,
             sock,
             from: s.probe_from,
@@ -219,6 +246,110 @@ impl Announcer {
     }
 }
 
+/// The health record's lease: short, so that a watch that dies takes its gateway's health
+/// with it within seconds (etcd grants no less than about 1.5 s with its default timings).
+const HEALTH_TTL: Duration = Duration::from_secs(2);
+/// Longest a write of the health record may hold up the probes.
+const HEALTH_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The gateway's health record and its return routes, kept from the watch's own runtime
+/// (one thread of its own drives the etcd connection between writes).
+struct Standing {
+    runtime: tokio::runtime::Runtime,
+    dial: Dial,
+    prefix: String,
+    ifname: String,
+    table: u32,
+    /// While etcd answers: the client and the lease the record is on.
+    link: Option<(Client, Lease)>,
+    renewed: Instant,
+}
+
+impl Standing {
+    fn new(s: &WatchSettings) -> Result<Standing> {
+        Ok(Standing {
+            runtime: tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?,
+            dial: Dial::prepare(&s.fleet)?,
+            prefix: s.fleet.prefix().context("no fleet name")?,
+            ifname: s.ifname.clone(),
+            table: s.table,
+            link: None,
+            renewed: Instant::now(),
+        })
+    }
+
+    /// Puts (healthy) or deletes gateway `id`'s health record.
+    fn set(&mut self, id: GatewayId, healthy: bool) -> Result<()> {
+        let key = gateways::health_key(&self.prefix, id);
+        let (dial, link) = (&self.dial, &mut self.link);
+        let result = self.runtime.block_on(async {
+            tokio::time::timeout(HEALTH_WRITE_TIMEOUT, async {
+                if link.is_none() {
+                    let mut client = dial.connect().await?;
+                    let lease = Lease::grant(&mut client, HEALTH_TTL).await?;
+                    *link = Some((client, lease));
+                }
+                let (client, lease) = link.as_mut().expect("connected");
+                if healthy {
+                    let value = serde_json::to_vec(&HealthRecord::default())?;
+                    client
+                        .put(key, value, Some(PutOptions::new().with_lease(lease.id)))
+                        .await?;
+                } else {
+                    client.delete(key, None).await?;
+                }
+                anyhow::Ok(())
+            })
+            .await
+            .context("etcd did not answer in time")?
+        });
+        if result.is_err() {
+            self.link = None;
+        }
+        self.renewed = Instant::now();
+        result
+    }
+
+    /// Keeps a healthy gateway's record alive: renews its lease when due, and puts it again
+    /// after etcd was lost.
+    fn keep(&mut self, id: GatewayId) {
+        let due = match &self.link {
+            None => true,
+            Some((_, lease)) => self.renewed.elapsed() >= lease.renew_every(),
+        };
+        if !due {
+            return;
+        }
+        let renewed = match self.link.as_mut() {
+            Some((_, lease)) => (self.runtime)
+                .block_on(async { tokio::time::timeout(HEALTH_WRITE_TIMEOUT, lease.renew()).await })
+                .map_err(anyhow::Error::from)
+                .and_then(|r| r),
+            None => Err(anyhow::anyhow!("not connected")),
+        };
+        self.renewed = Instant::now();
+        if renewed.is_err() {
+            self.link = None;
+            if let Err(e) = self.set(id, true) {
+                log::debug!("fleet watch: the health record: {e:#}");
+            }
+        }
+    }
+
+    /// Removes every route through the gateway's interface from the table.
+    fn remove_return_routes(&self) -> Result<()> {
+        let (ifname, table) = (&self.ifname, self.table);
+        self.runtime.block_on(async {
+            let mut routes = ReturnRoutes::open(ifname, table).await?;
+            anyhow::ensure!(routes.sync(&Default::default()).await, "could not remove them");
+            anyhow::Ok(())
+        })
+    }
+}
+
 /// Watches until `stop` is set, then withdraws.
 pub fn run(s: &WatchSettings, stop: Arc<AtomicBool>) -> Result<()> {
     if s.announce.is_empty() {
@@ -235,6 +366,9 @@ pub fn run(s: &WatchSettings, stop: Arc<AtomicBool>) -> Result<()> {
     // Withdrawn until the probes say otherwise: a watch that starts beside a broken gateway
     // must not announce it.
     announcer.set(false)?;
+    let mut standing = Standing::new(s)?;
+    // The gateway whose health record this watch keeps, once its report names one.
+    let mut gateway: Option<GatewayId> = None;
     let key = PrivateKey::generate(&mut rand_core::OsRng);
     let mut verdict = Verdict::new();
     let mut probe: Option<Probe> = None;
@@ -281,12 +415,35 @@ pub fn run(s: &WatchSettings, stop: Arc<AtomicBool>) -> Result<()> {
                     addresses.join(", ")
                 );
             }
+            if let Some(id) = gateway {
+                // Down in etcd before the routes go: the others must not pass datagrams here
+                // once the router stops sending clients here.
+                if let Err(e) = standing.set(id, verdict.healthy) {
+                    log::warn!("fleet watch: gateway {}'s health record: {e:#}", id.0);
+                }
+            }
+            if !verdict.healthy {
+                if let Err(e) = standing.remove_return_routes() {
+                    log::warn!("fleet watch: removing {}'s return routes: {e:#}", s.ifname);
+                }
+            }
             if let Err(e) = announcer.set(verdict.healthy) {
                 log::warn!("fleet watch: {e:#}");
             }
         }
+        if let Some(p) = &probe {
+            gateway = gateway.or(p.gateway);
+        }
+        if let (true, Some(id)) = (verdict.healthy, gateway) {
+            standing.keep(id);
+        }
         if Instant::now() > next + s.interval {
             next = Instant::now();
+        }
+    }
+    if let Some(id) = gateway {
+        if let Err(e) = standing.set(id, false) {
+            log::warn!("fleet watch: gateway {}'s health record: {e:#}", id.0);
         }
     }
     announcer.set(false)?;

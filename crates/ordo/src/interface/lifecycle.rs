@@ -137,9 +137,11 @@ impl Bringup<'_> {
             .map(crate::metrics::server::Endpoint::bind)
             .transpose()?;
         // Its TLS files are read now: the user the daemon becomes may not read them.
-        let fleet = match self.settings.fleet.name {
-            Some(_) => Some(crate::fleet::agent::Agent::prepare(&self.settings.fleet, name)?),
-            None => None,
+        // Any fleet setting without `Fleet =` is refused there, not ignored.
+        let fleet = if self.settings.fleet != crate::settings::fleet::FleetSettings::default() {
+            Some(crate::fleet::agent::Agent::prepare(&self.settings.fleet, name)?)
+        } else {
+            None
         };
         if self.daemon {
             // Not `ordo run`: its supervisor takes the filter's listener from the program

@@ -217,6 +217,21 @@ fn plane(out: &mut Vec<Family>, report: &InterfaceReport) {
             "Cookie replies accepted from peers.",
             count("cookie_replies_accepted"),
         ),
+        (
+            "ordo_fleet_forwarded_total",
+            "Data messages passed to the fleet's gateway that holds their session.",
+            count("fleet_forwarded"),
+        ),
+        (
+            "ordo_fleet_takeovers_total",
+            "Clients of a fleet's gateway that was down taken over with a handshake from here.",
+            count("fleet_takeovers"),
+        ),
+        (
+            "ordo_fleet_envelopes_opened_total",
+            "Datagrams passed here by other gateways of the fleet.",
+            count("fleet_envelopes_opened"),
+        ),
     ] {
         out.push(Family::single(name, help, MetricType::COUNTER, value));
     }

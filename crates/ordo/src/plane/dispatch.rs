@@ -8,6 +8,8 @@ use super::peer::{InboundBatch, InboundPacket, OutboundBatch, PeerPlane};
 use super::stats::Stage;
 use super::{drain, Ctx, DataPlane};
 use crate::port::{Datagram, InnerPort, OuterPort, PacketBuf};
+use bytes::Buf;
+use ordo_proto::fleet;
 use ordo_proto::interface::{HandshakeStep, PendingInitiation};
 use ordo_proto::messages::{self, Kind};
 use ordo_proto::session::Session;
@@ -46,6 +48,18 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
                 core.count_drop(DropReason::Malformed);
             }
             for mut d in datagrams.drain(..) {
+                // An envelope from another gateway of the fleet: a client's datagram, taken as
+                // if it had come from the client.
+                let came_in_envelope = fleet::is_envelope(&d.data);
+                if came_in_envelope {
+                    match core.open_envelope(d.src, &d.data) {
+                        Ok(opened) => {
+                            d.data.advance(opened.datagram_at);
+                            d.src = opened.client;
+                        }
+                        Err(_) => continue,
+                    }
+                }
                 if messages::classify(&d.data) != Some(Kind::Data) {
                     // Handshake messages and anything malformed: the core handles and counts
                     // them, but for an initiation's Diffie-Hellman (see below).
@@ -70,7 +84,8 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
                             groups.len() - 1
                         }
                         None => {
-                            core.count_drop_from(DropReason::UnknownReceiver, d.src);
+                            // Counted; passed to its owner or taken over in a fleet.
+                            core.foreign_data(now, wall, d.src, &d.data, came_in_envelope);
                             continue;
                         }
                     },

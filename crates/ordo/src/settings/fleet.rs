@@ -2,6 +2,7 @@
 //! where its records live and how to reach etcd. Here, below the fleet's code, so that the
 //! interface's settings need nothing of it.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 /// Where the fleet's records live, and how to reach etcd.
@@ -20,6 +21,13 @@ pub struct FleetSettings {
     pub key: Option<PathBuf>,
     /// The table the return routes go in ([`routes`]; None: no return routes).
     pub route_table: Option<u32>,
+    /// This gateway's id in the fleet, 1 to 255 (`FleetGateway =`): its receiver indices
+    /// carry it, so that the other gateways can pass its clients' datagrams to it or, when it
+    /// is down, take them over. None: sessions are not shared.
+    pub gateway: Option<u8>,
+    /// Where the other gateways reach this one with the datagrams they pass on (its own
+    /// address, not the fleet's shared one), at the interface's listen port.
+    pub address: Option<IpAddr>,
 }
 
 /// etcd's own default client URL.
@@ -71,6 +79,21 @@ pub fn parse_route_table(value: &str) -> Result<Option<u32>, String> {
     }
 }
 
+/// A gateway's id: 1 to 255 (it fills a byte of the receiver index; 0 is no gateway's).
+pub fn parse_gateway(value: &str) -> Result<Option<u8>, String> {
+    match value.parse::<u8>() {
+        Ok(g) if g != 0 => Ok(Some(g)),
+        _ => Err(format!("a gateway's id is a number from 1 to 255, not {value:?}")),
+    }
+}
+
+/// A gateway's own address, where the others pass it datagrams.
+pub fn parse_address(value: &str) -> Result<IpAddr, String> {
+    value
+        .parse()
+        .map_err(|_| format!("a gateway's address is an IP address (10.0.1.2), not {value:?}"))
+}
+
 /// etcd endpoints, comma- or space-separated, each an http:// or https:// URL.
 pub fn parse_endpoints(value: &str) -> Result<Vec<String>, String> {
     let urls: Vec<String> = value
@@ -109,5 +132,8 @@ mod tests {
         assert_eq!(parse_route_table("100"), Ok(Some(100)));
         assert_eq!(parse_route_table("off"), Ok(None));
         assert!(parse_route_table("254").is_err() && parse_route_table("main").is_err());
+        assert_eq!(parse_gateway("7"), Ok(Some(7)));
+        assert!(parse_gateway("0").is_err() && parse_gateway("256").is_err());
+        assert!(parse_address("10.0.1.2").is_ok() && parse_address("10.0.1.2:51820").is_err());
     }
 }

@@ -30,7 +30,7 @@ pub struct InterfaceSettings {
 
 /// The settings by name, as `ordo up` files (`Model = inline`), the xplatform command line
 /// (`--model inline`) and the environment (`ORDO_MODEL=inline`) spell them.
-pub const SETTINGS: [(&str, &str, &str); 16] = [
+pub const SETTINGS: [(&str, &str, &str); 18] = [
     ("model", "Model", "ORDO_MODEL"),
     ("workers", "Workers", "ORDO_WORKERS"),
     ("cores", "Cores", "ORDO_CORES"),
@@ -47,6 +47,8 @@ pub const SETTINGS: [(&str, &str, &str); 16] = [
     ("fleet-etcd-cert", "FleetEtcdCert", "ORDO_FLEET_ETCD_CERT"),
     ("fleet-etcd-key", "FleetEtcdKey", "ORDO_FLEET_ETCD_KEY"),
     ("fleet-route-table", "FleetRouteTable", "ORDO_FLEET_ROUTE_TABLE"),
+    ("fleet-gateway", "FleetGateway", "ORDO_FLEET_GATEWAY"),
+    ("fleet-address", "FleetAddress", "ORDO_FLEET_ADDRESS"),
 ];
 
 impl InterfaceSettings {
@@ -103,6 +105,8 @@ impl InterfaceSettings {
             "fleet-etcd-cert" => self.fleet.cert = Some(value.into()),
             "fleet-etcd-key" => self.fleet.key = Some(value.into()),
             "fleet-route-table" => self.fleet.route_table = fleet::parse_route_table(value)?,
+            "fleet-gateway" => self.fleet.gateway = fleet::parse_gateway(value)?,
+            "fleet-address" => self.fleet.address = Some(fleet::parse_address(value)?),
             _ => return Err(format!("unknown data-plane setting {name:?}")),
         }
         Ok(())
@@ -158,6 +162,12 @@ impl InterfaceSettings {
         }
         if let Some(t) = f.route_table {
             a.extend(["--fleet-route-table".to_string(), t.to_string()]);
+        }
+        if let Some(g) = f.gateway {
+            a.extend(["--fleet-gateway".to_string(), g.to_string()]);
+        }
+        if let Some(addr) = f.address {
+            a.extend(["--fleet-address".to_string(), addr.to_string()]);
         }
         for (flag, path) in [
             ("--fleet-etcd-ca", &f.ca),
