@@ -56,8 +56,8 @@ print({f['name']: f['value'] for f in parts['fleet']['figures']}['$1'])"
 peer_listed() { wg show "$IF_A" peers | grep -x "$1" >/dev/null; }
 peer_absent() { ! peer_listed "$1"; }
 # return_route FAMILY ADDRESS: the gateway routes ADDRESS through its interface in the fleet's
-# table (100 here), as the router's BGP daemon would take it.
-return_route() { ip "-$1" -n "$NS_A" route show table 100 2>/dev/null | grep -E "^$2 dev $IF_A( |$)" >/dev/null; }
+# table (100 here), with Ordo's protocol number (79), as its BGP daemon takes it.
+return_route() { ip "-$1" -n "$NS_A" route show table 100 proto 79 2>/dev/null | grep -E "^$2 dev $IF_A( |$)" >/dev/null; }
 no_return_route() { ! return_route "$@"; }
 
 # fleet_gateway_and_client: etcd and an Ordo gateway of fleet `itest` (return routes in table

@@ -51,7 +51,7 @@ run_test() {
 
 # The tests by topic, host A running Ordo and host B the peer under test. Each file is
 # sourced here; a helper one file defines, a later one may use.
-for topic in tunnel control offloads placement faults floods xdp observability fleet; do
+for topic in tunnel control offloads placement faults floods xdp observability fleet failover; do
     source "$(dirname "$0")/$topic.sh"
 done
 
@@ -115,6 +115,7 @@ run_test "fleet_peers" t_fleet_peers
 run_test "fleet_bgp" t_fleet_bgp
 run_test "fleet_health" t_fleet_health
 run_test "fleet_tls" t_fleet_tls
+run_test "fleet_failover" t_fleet_failover
 if ((QUICK == 0)); then
     run_test "rekey[wireguard-go]" t_rekey wireguard-go
 fi

@@ -15,6 +15,9 @@ IF_A=wg-ordo-a
 IF_B=wg-ordo-b
 # A second interface in A, for the tests that need one.
 IF_C=wg-ordo-c
+# The fleet's failover tests: a second gateway and a router (see failover.sh).
+NS_G2=ordo-g2
+NS_R=ordo-r
 OUT_A=10.77.0.1
 OUT_B=10.77.0.2
 OUT6_A=fd77::1
@@ -35,12 +38,12 @@ log() { printf '%s\n' "$*" >&2; }
 
 # Removes everything a test made: processes, namespaces, sockets.
 teardown() {
-    for ns in "$NS_A" "$NS_B"; do
+    for ns in "$NS_A" "$NS_B" "$NS_G2" "$NS_R"; do
         if ip netns list | grep -w "$ns" >/dev/null; then
             ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
         fi
     done
-    for ns in "$NS_A" "$NS_B"; do
+    for ns in "$NS_A" "$NS_B" "$NS_G2" "$NS_R"; do
         # Wait (bounded) for the daemons to exit before their namespace goes.
         for _ in $(seq 50); do
             [[ -z "$(ip netns pids "$ns" 2>/dev/null)" ]] && break

@@ -64,6 +64,10 @@ enum FleetAction {
         /// The table the announcements go in (the gateway's FRR: `ip import-table N`).
         #[arg(long)]
         table: u32,
+        /// The table of the gateway's return routes (its FleetRouteTable), from which they
+        /// are removed when the gateway is withdrawn.
+        #[arg(long, default_value = "main")]
+        return_table: String,
         /// The probe's address inside the tunnel, within the interface's prefix.
         #[arg(long)]
         probe_from: std::net::Ipv4Addr,
@@ -128,11 +132,15 @@ pub fn run(args: FleetArgs) -> Result<()> {
             ifname,
             announce,
             table,
+            return_table,
             probe_from,
             probe_to,
             interval_ms,
             misses,
         } => {
+            let return_table = fleet::parse_route_table(&return_table)
+                .map_err(anyhow::Error::msg)?
+                .unwrap_or(254);
             if fleet::parse_route_table(&table.to_string())
                 .map_err(anyhow::Error::msg)?
                 .is_none()
@@ -149,6 +157,7 @@ pub fn run(args: FleetArgs) -> Result<()> {
                 ifname,
                 announce,
                 table,
+                return_table,
                 probe_from,
                 probe_to,
                 interval: std::time::Duration::from_millis(interval_ms.max(10)),

@@ -308,8 +308,10 @@ async fn pass(device: &Arc<Device>, state: &mut State) {
     if let Some(routes) = &mut state.routes {
         // Withdrawn by its watch: the LAN's traffic for its clients must go elsewhere.
         let withdrawn = state.healthy == Some(false);
+        // The fleet's clients only (not the watch's probe, nor a [Peer] of the file), and
+        // not those another gateway has taken since.
         let ours: Vec<PeerCopy> = (peers.into_iter())
-            .filter(|p| !withdrawn && !elsewhere.contains(&p.public_key))
+            .filter(|p| !withdrawn && state.owned.contains(&p.public_key) && !elsewhere.contains(&p.public_key))
             .collect();
         let want = routes::wanted(&ours, SystemTime::now());
         if routes.sync(&want).await {

@@ -1,11 +1,18 @@
 //! Return routes: the gateway that holds a client's session makes the client's inner
 //! addresses reachable through itself, as routes through the interface in a table of the
-//! fleet's (`FleetRouteTable = N`), which the router's BGP daemon takes in and announces
-//! (FRR: `ip import-table N`, then `redistribute table N`), so that the LAN's traffic to a
-//! client reaches whichever gateway holds it. A route is there while the peer's last
-//! handshake is less than REJECT_AFTER_TIME old (after that its session is dead) and goes
-//! when the session ends or the peer goes. Every route through the interface in that table
-//! is the fleet's: others there are removed.
+//! fleet's choosing (`FleetRouteTable = main`, or a number), which the gateway's BGP daemon
+//! announces, so that the LAN's traffic to a client reaches whichever gateway holds it. A
+//! route is there while the peer's last handshake is less than REJECT_AFTER_TIME old (after
+//! that its session is dead) and goes when the session ends, moves or the peer goes.
+//!
+//! The routes carry a protocol number of Ordo's own ([`PROTOCOL`]), by which they are told
+//! from every other route in the table. In the main table they are ordinary forwarding
+//! routes (the interface's prefix covers them already), and FRR announces them with
+//! `redistribute kernel route-map R` (R matching the interface): when the daemon dies, its
+//! interface goes, the kernel flushes the routes silently and zebra, which follows the
+//! interface, withdraws them. FRR 8.4 keeps announcing a vanished interface's routes that
+//! it took from another table with `ip import-table`, so a table of their own suits only
+//! a gateway whose interface outlives its daemon.
 
 use crate::device::peers::PeerCopy;
 use anyhow::{anyhow, Context, Result};
@@ -33,7 +40,24 @@ pub fn wanted(peers: &[PeerCopy], now: SystemTime) -> BTreeSet<IpNet> {
         .collect()
 }
 
-/// The fleet's routes through one interface, in one table.
+/// The routing protocol number of return routes (`ip route ... proto 79`): none of the
+/// numbers iproute2 and the routing daemons have taken (`/etc/iproute2/rt_protos`).
+pub const PROTOCOL: u8 = 79;
+
+/// Removes every return route through `ifname` from `table`, on a runtime of its own: when
+/// the interface ends, or its watch withdraws it. An interface that is gone has none left.
+pub fn remove_all(ifname: &str, table: u32) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let Ok(mut routes) = ReturnRoutes::open(ifname, table).await else {
+            return Ok(());
+        };
+        anyhow::ensure!(routes.sync(&BTreeSet::new()).await, "netlink refused");
+        Ok(())
+    })
+}
+
+/// The fleet's return routes through one interface, in one table.
 pub struct ReturnRoutes {
     handle: Handle,
     index: u32,
@@ -61,7 +85,7 @@ impl ReturnRoutes {
         })
     }
 
-    /// Makes the table's routes through the interface exactly `want`; false if it could not.
+    /// Makes the table's return routes exactly `want`; false if it could not.
     pub async fn sync(&mut self, want: &BTreeSet<IpNet>) -> bool {
         let result = self.try_sync(want).await;
         let ok = result.is_ok();
@@ -105,7 +129,7 @@ impl ReturnRoutes {
                 .map_err(|e| anyhow!("route {net}: {e:?}"))?
                 .output_interface(self.index)
                 .table_id(self.table)
-                .protocol(RouteProtocol::Static)
+                .protocol(RouteProtocol::from(PROTOCOL))
                 .build();
             self.handle
                 .route()
@@ -119,7 +143,7 @@ impl ReturnRoutes {
         Ok(changed)
     }
 
-    /// The table's routes through the interface.
+    /// The table's return routes.
     async fn routes(&self) -> Result<Vec<(IpNet, RouteMessage)>> {
         let mut out = Vec::new();
         for family in [AddressFamily::Inet, AddressFamily::Inet6] {
@@ -139,7 +163,7 @@ impl ReturnRoutes {
                     .attributes
                     .iter()
                     .any(|a| matches!(a, RouteAttribute::Oif(i) if *i == self.index));
-                if table != self.table || !through_us {
+                if table != self.table || !through_us || r.header.protocol != RouteProtocol::from(PROTOCOL) {
                     continue;
                 }
                 let destination = r.attributes.iter().find_map(|a| match a {

@@ -20,12 +20,10 @@
 //! gateway is announced, on a short lease of the watch's own, and deleted before the routes
 //! are withdrawn, so that the other gateways take the gateway's clients over instead of
 //! passing it their datagrams. On withdrawal it also removes the gateway's return routes
-//! from the table (the announcement's, which the return routes share): a frozen daemon
-//! cannot remove them itself, and the LAN's traffic for its clients must go to whichever
-//! gateway takes them.
+//! (`--return-table`): a frozen daemon cannot remove them itself, and the LAN's traffic for
+//! its clients must go to whichever gateway takes them.
 
 use super::gateways::{self, HealthRecord};
-use super::routes::ReturnRoutes;
 use super::store::{Dial, Lease};
 use super::FleetSettings;
 use crate::netconf::Netlink;
@@ -50,6 +48,8 @@ pub struct WatchSettings {
     pub announce: Vec<IpNet>,
     /// The table their routes go in (the one the gateway's BGP daemon imports).
     pub table: u32,
+    /// The table of the gateway's return routes (`FleetRouteTable`), emptied on withdrawal.
+    pub return_table: u32,
     /// Where the probe speaks from inside the tunnel (within the interface's prefix, so the
     /// gateway's replies go back into the tunnel), and the gateway's inner address it pings.
     pub probe_from: Ipv4Addr,
@@ -258,8 +258,6 @@ struct Standing {
     runtime: tokio::runtime::Runtime,
     dial: Dial,
     prefix: String,
-    ifname: String,
-    table: u32,
     /// While etcd answers: the client and the lease the record is on.
     link: Option<(Client, Lease)>,
     renewed: Instant,
@@ -274,8 +272,6 @@ impl Standing {
                 .build()?,
             dial: Dial::prepare(&s.fleet)?,
             prefix: s.fleet.prefix().context("no fleet name")?,
-            ifname: s.ifname.clone(),
-            table: s.table,
             link: None,
             renewed: Instant::now(),
         })
@@ -337,16 +333,6 @@ impl Standing {
                 log::debug!("fleet watch: the health record: {e:#}");
             }
         }
-    }
-
-    /// Removes every route through the gateway's interface from the table.
-    fn remove_return_routes(&self) -> Result<()> {
-        let (ifname, table) = (&self.ifname, self.table);
-        self.runtime.block_on(async {
-            let mut routes = ReturnRoutes::open(ifname, table).await?;
-            anyhow::ensure!(routes.sync(&Default::default()).await, "could not remove them");
-            anyhow::Ok(())
-        })
     }
 }
 
@@ -423,7 +409,7 @@ pub fn run(s: &WatchSettings, stop: Arc<AtomicBool>) -> Result<()> {
                 }
             }
             if !verdict.healthy {
-                if let Err(e) = standing.remove_return_routes() {
+                if let Err(e) = super::routes::remove_all(&s.ifname, s.return_table) {
                     log::warn!("fleet watch: removing {}'s return routes: {e:#}", s.ifname);
                 }
             }

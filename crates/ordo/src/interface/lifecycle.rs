@@ -77,6 +77,9 @@ pub struct Up {
     /// The UAPI socket, removed when the interface ends if it is still ours.
     uapi: Option<(PathBuf, Option<FileIdentity>)>,
     files: Cleanup,
+    /// The fleet's return-route table, emptied of the interface's return routes when it ends
+    /// (before its device goes, so that the routing daemon hears of it).
+    return_routes: Option<u32>,
     /// Held until the interface ends: their closing tells the janitors to remove the files.
     _janitors: Vec<std::io::PipeWriter>,
 }
@@ -212,6 +215,7 @@ impl Bringup<'_> {
             service,
             uapi,
             files,
+            return_routes: self.settings.fleet.name.as_ref().and(self.settings.fleet.route_table),
             _janitors: janitors,
         })
     }
@@ -234,6 +238,11 @@ impl Up {
     pub fn wait(self) {
         self.device.wait();
         drop(self.service);
+        if let Some(table) = self.return_routes {
+            if let Err(e) = crate::fleet::routes::remove_all(&self.device.name, table) {
+                log::warn!("fleet: removing the return routes from table {table}: {e:#}");
+            }
+        }
         // Fails once privileges are dropped: the janitor removes it as this process ends.
         // Not if it is another daemon's by now (ours was removed and the interface started
         // again).

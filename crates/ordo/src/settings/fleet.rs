@@ -65,16 +65,19 @@ pub fn parse_name(value: &str) -> Result<String, String> {
     }
 }
 
-/// A routing table for the return routes: 1 to 2^32-1, not one the kernel keeps (local,
-/// main, default); `off` for none.
+/// A routing table for the return routes: `main`, or a number other than the kernel's
+/// local (255) and default (253); `off` for none.
 pub fn parse_route_table(value: &str) -> Result<Option<u32>, String> {
     if value.eq_ignore_ascii_case("off") {
         return Ok(None);
     }
+    if value.eq_ignore_ascii_case("main") {
+        return Ok(Some(254));
+    }
     match value.parse::<u32>() {
-        Ok(t) if t != 0 && ![253, 254, 255].contains(&t) => Ok(Some(t)),
+        Ok(t) if t != 0 && ![253, 255].contains(&t) => Ok(Some(t)),
         _ => Err(format!(
-            "a return-route table is a number other than 0, 253, 254 and 255 (the kernel's), or off; not {value:?}"
+            "a return-route table is main, a number other than 0, 253 and 255 (the kernel's), or off; not {value:?}"
         )),
     }
 }
@@ -131,7 +134,8 @@ mod tests {
         assert_eq!(s.endpoints(), [DEFAULT_ETCD]);
         assert_eq!(parse_route_table("100"), Ok(Some(100)));
         assert_eq!(parse_route_table("off"), Ok(None));
-        assert!(parse_route_table("254").is_err() && parse_route_table("main").is_err());
+        assert_eq!(parse_route_table("main"), Ok(Some(254)));
+        assert!(parse_route_table("255").is_err() && parse_route_table("local").is_err());
         assert_eq!(parse_gateway("7"), Ok(Some(7)));
         assert!(parse_gateway("0").is_err() && parse_gateway("256").is_err());
         assert!(parse_address("10.0.1.2").is_ok() && parse_address("10.0.1.2:51820").is_err());
