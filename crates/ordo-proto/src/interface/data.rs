@@ -49,7 +49,12 @@ impl Interface {
                     .receiving_session(messages::DataHeader::parse(buf).receiver)
                     .is_none() =>
             {
-                return match self.foreign_data(now, wall, src, buf, came_in_envelope) {
+                let data = super::ForeignData {
+                    src,
+                    datagram: buf,
+                    came_in_envelope,
+                };
+                return match self.foreign_data(now, wall, data) {
                     super::Foreign::Dropped(r) => Received::Dropped(r),
                     f => Received::Foreign(f),
                 };

@@ -46,6 +46,16 @@ impl FleetState {
     }
 }
 
+/// A data message for a receiver index this interface does not know, as it arrived.
+#[derive(Debug, Clone, Copy)]
+pub struct ForeignData<'a> {
+    /// Where the client sent it from (for one in an envelope, what the envelope says).
+    pub src: SocketAddr,
+    pub datagram: &'a [u8],
+    /// It was passed here by another gateway already, and is not passed on again.
+    pub came_in_envelope: bool,
+}
+
 /// What became of a data message for a receiver index this interface does not know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Foreign {
@@ -116,31 +126,22 @@ impl Interface {
     /// queue); one that is down loses the client to us: we initiate a handshake to the
     /// client at once (gateways share the static key, so the client takes it) instead of
     /// leaving it to WireGuard's timers, which wait 15 s. Counted either way.
-    pub fn foreign_data(
-        &mut self,
-        now: Instant,
-        wall: SystemTime,
-        src: SocketAddr,
-        datagram: &[u8],
-        came_in_envelope: bool,
-    ) -> Foreign {
-        match self.foreign_verdict(now, wall, src, datagram, came_in_envelope) {
+    pub fn foreign_data(&mut self, now: Instant, wall: SystemTime, data: ForeignData) -> Foreign {
+        match self.foreign_verdict(now, wall, data) {
             Ok(f) => f,
             Err(r) => {
-                self.dropped(r, Some(src));
+                self.dropped(r, Some(data.src));
                 Foreign::Dropped(r)
             }
         }
     }
 
-    fn foreign_verdict(
-        &mut self,
-        now: Instant,
-        wall: SystemTime,
-        src: SocketAddr,
-        datagram: &[u8],
-        came_in_envelope: bool,
-    ) -> Result<Foreign, DropReason> {
+    fn foreign_verdict(&mut self, now: Instant, wall: SystemTime, data: ForeignData) -> Result<Foreign, DropReason> {
+        let ForeignData {
+            src,
+            datagram,
+            came_in_envelope,
+        } = data;
         let Some(f) = &self.fleet else {
             return Err(DropReason::UnknownReceiver);
         };

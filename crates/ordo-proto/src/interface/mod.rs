@@ -32,7 +32,7 @@ mod handshakes;
 mod timers;
 
 pub use data::{padded_len, seal_packet};
-pub use fleet::{FleetView, Foreign, ForeignSession};
+pub use fleet::{FleetView, Foreign, ForeignData, ForeignSession};
 pub use handshakes::{HandshakeStep, PendingInitiation};
 
 /// Control messages waiting to be sent, at most this many; more are dropped and counted.

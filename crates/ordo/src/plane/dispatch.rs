@@ -10,7 +10,7 @@ use super::{drain, Ctx, DataPlane};
 use crate::port::{Datagram, InnerPort, OuterPort, PacketBuf};
 use bytes::Buf;
 use ordo_proto::fleet;
-use ordo_proto::interface::{HandshakeStep, PendingInitiation};
+use ordo_proto::interface::{ForeignData, HandshakeStep, PendingInitiation};
 use ordo_proto::messages::{self, Kind};
 use ordo_proto::session::Session;
 use ordo_proto::{DropReason, PeerId};
@@ -85,7 +85,12 @@ impl<I: InnerPort, O: OuterPort> DataPlane<I, O> {
                         }
                         None => {
                             // Counted; passed to its owner or taken over in a fleet.
-                            core.foreign_data(now, wall, d.src, &d.data, came_in_envelope);
+                            let data = ForeignData {
+                                src: d.src,
+                                datagram: &d.data,
+                                came_in_envelope,
+                            };
+                            core.foreign_data(now, wall, data);
                             continue;
                         }
                     },
