@@ -268,3 +268,30 @@ fn an_envelope_from_outside_the_fleet_is_refused() {
         Received::Dropped(DropReason::Malformed)
     );
 }
+
+#[test]
+fn a_restarted_gateway_takes_back_the_clients_its_records_name() {
+    let mut f = Fleet::new();
+    f.client_sends(1, b"hello");
+    assert!(delivered(&f.client_sends(1, b"one")));
+    let index = f.g1_index();
+    // Gateway 1 starts again: same key and id, no sessions; its record of before is in etcd.
+    let client_key = PrivateKey::from_bytes([0x32; 32]).public_key();
+    f.g1 = gateway(11, 1, &PrivateKey::from_bytes([0x31; 32]), client_key, f.now);
+    let record = ForeignSession {
+        client: client_key,
+        endpoint: f.client_addr,
+    };
+    f.g1.set_fleet_view(FleetView {
+        gateways: HashMap::new(),
+        sessions: HashMap::from([(index, record)]),
+    });
+    f.now += Duration::from_secs(1);
+    let results = f.client_sends(1, b"two");
+    assert!(
+        matches!(results[..], [Received::Foreign(Foreign::TakenOver(_))]),
+        "{results:?}"
+    );
+    assert_eq!(f.g1.stats.handshakes_completed, 1);
+    assert!(delivered(&f.client_sends(1, b"three")), "the client is back");
+}

@@ -35,15 +35,8 @@ pub struct FleetView {
 pub(super) struct FleetState {
     pub(super) me: GatewayId,
     view: FleetView,
-}
-
-impl FleetState {
-    pub(super) fn new(me: GatewayId) -> FleetState {
-        FleetState {
-            me,
-            view: FleetView::default(),
-        }
-    }
+    /// The envelopes' key, from the private key (None while there is none).
+    key: Option<EnvelopeKey>,
 }
 
 /// A data message for a receiver index this interface does not know, as it arrived.
@@ -72,7 +65,20 @@ impl Interface {
     pub fn set_fleet_gateway(&mut self, me: Option<GatewayId>) {
         let me = me.filter(|g| g.0 != 0);
         if self.fleet.as_ref().map(|f| f.me) != me {
-            self.fleet = me.map(FleetState::new);
+            self.fleet = me.map(|me| FleetState {
+                me,
+                view: FleetView::default(),
+                key: None,
+            });
+            self.rekey_fleet();
+        }
+    }
+
+    /// Derives the envelopes' key again: the private key changed, or the fleet did.
+    pub(super) fn rekey_fleet(&mut self) {
+        let key = self.private_key().map(EnvelopeKey::of);
+        if let Some(f) = self.fleet.as_mut() {
+            f.key = key;
         }
     }
 
@@ -88,9 +94,8 @@ impl Interface {
     }
 
     /// The key of envelopes: from our private key, which every gateway of the fleet shares.
-    fn envelope_key(&self) -> Option<EnvelopeKey> {
-        self.fleet.as_ref()?;
-        self.private_key().map(EnvelopeKey::of)
+    fn envelope_key(&self) -> Option<&EnvelopeKey> {
+        self.fleet.as_ref()?.key.as_ref()
     }
 
     /// A fresh receiver index drawn at random is made to name us.
@@ -105,7 +110,7 @@ impl Interface {
     /// where its datagram starts. Counted when refused.
     pub fn open_envelope(&mut self, src: SocketAddr, envelope: &[u8]) -> Result<fleet::Opened, DropReason> {
         let opened = match self.envelope_key() {
-            Some(key) => fleet::open_envelope(&key, envelope).map_err(|_| DropReason::BadEnvelope),
+            Some(key) => fleet::open_envelope(key, envelope).map_err(|_| DropReason::BadEnvelope),
             None => Err(DropReason::Malformed),
         };
         match opened {
@@ -120,12 +125,12 @@ impl Interface {
         }
     }
 
-    /// A data message from `src` whose receiver index we do not know. Without a fleet, or for
-    /// an index of ours (an expired session), or for one that came in an envelope already,
-    /// it is dropped. Another gateway's that is up gets it in an envelope (in the transmit
-    /// queue); one that is down loses the client to us: we initiate a handshake to the
-    /// client at once (gateways share the static key, so the client takes it) instead of
-    /// leaving it to WireGuard's timers, which wait 15 s. Counted either way.
+    /// A data message from `src` whose receiver index we do not know. Another gateway's that
+    /// is up gets it in an envelope (in the transmit queue), unless it came in one already.
+    /// Otherwise, if a session record names the client (its gateway is down, or it is ours
+    /// from before a restart), we initiate a handshake to the client at once (gateways share
+    /// the static key, so the client takes it) instead of leaving it to WireGuard's timers,
+    /// which wait 15 s. Else, or without a fleet, it is dropped. Counted either way.
     pub fn foreign_data(&mut self, now: Instant, wall: SystemTime, data: ForeignData) -> Foreign {
         match self.foreign_verdict(now, wall, data) {
             Ok(f) => f,
@@ -147,18 +152,18 @@ impl Interface {
         };
         let receiver = messages::DataHeader::parse(datagram).receiver;
         let owner = fleet::owner_of(receiver);
-        if came_in_envelope || owner == f.me || owner.0 == 0 {
-            return Err(DropReason::UnknownReceiver);
-        }
-        if let Some(to) = f.view.gateways.get(&owner).copied() {
+        let passable = !came_in_envelope && owner != f.me && owner.0 != 0;
+        if let Some(to) = f.view.gateways.get(&owner).copied().filter(|_| passable) {
             let key = self.envelope_key().ok_or(DropReason::NoPrivateKey)?;
-            self.push_transmit(to, fleet::seal_envelope(&key, src, datagram));
+            let envelope = fleet::seal_envelope(key, src, datagram);
+            self.push_transmit(to, envelope);
             self.stats.fleet_forwarded += 1;
             return Ok(Foreign::Forwarded(owner));
         }
-        // The owner is down. Only a client heard from where its owner last heard it is taken
-        // over: a data message cannot be authenticated here, and one with a forged source
-        // must not point the client's endpoint elsewhere.
+        // Nobody up holds the session: its gateway is down, or it is this one from before a
+        // restart. The client is taken over if its record says who it is. Only a client heard
+        // from where its record says: a data message cannot be authenticated here, and one
+        // with a forged source must not point the client's endpoint elsewhere.
         let session = f.view.sessions.get(&receiver).ok_or(DropReason::UnknownReceiver)?;
         if session.endpoint != src {
             return Err(DropReason::UnknownReceiver);

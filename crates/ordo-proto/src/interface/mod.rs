@@ -370,6 +370,7 @@ impl Interface {
         }
         self.identity = key.map(Identity::new);
         self.checker = self.identity.as_ref().map(|i| CookieChecker::new(&i.public));
+        self.rekey_fleet();
         if let Some(me) = self.public_key() {
             if let Some(id) = self.by_key.get(&me).copied() {
                 self.remove_peer(id);

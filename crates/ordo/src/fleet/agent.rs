@@ -14,7 +14,7 @@ use super::gateways::{self, GatewayRecord};
 use super::reconcile;
 use super::records::FleetRecords;
 use super::routes::{self, ReturnRoutes};
-use super::sessions::{self, SessionPlan};
+use super::sessions::{self, SessionPlan, SessionRecord};
 use super::store::{Dial, Lease};
 use super::FleetSettings;
 use crate::device::peers::{CoreCopy, PeerCopy};
@@ -24,7 +24,7 @@ use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, PutOptions,
 use ordo_proto::fleet::GatewayId;
 use ordo_proto::interface::FleetView;
 use ordo_proto::PublicKey;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -71,6 +71,8 @@ struct State {
     routes: Option<ReturnRoutes>,
     /// While etcd answers, for a gateway: the client and the lease its records go on.
     link: Option<(Client, i64)>,
+    /// The session records written on the current lease.
+    written: BTreeMap<PublicKey, SessionRecord>,
     /// The view the core has.
     view: FleetView,
     /// The gateway's record as last written in this connection (its port follows the
@@ -191,6 +193,9 @@ impl Agent {
             Some(_) => Some(Lease::grant(&mut client, LEASE_TTL).await?),
             None => None,
         };
+        // A new lease: this gateway's session records go on it, written again (on the last
+        // lease they would go when it expires).
+        state.written.clear();
         state.link = lease.as_ref().map(|l| (client.clone(), l.id));
         state.registered = None;
         pass(device, state).await;
@@ -329,7 +334,7 @@ async fn share_sessions(device: &Arc<Device>, state: &mut State, g: Gateway, pee
     let clients = (peers.iter()).filter(|p| state.records.peers.contains_key(&p.public_key));
     let held = sessions::held(g.id, clients, SystemTime::now());
     FleetFigures::set(&state.figures.sessions_held, held.len() as u64);
-    let plan = sessions::plan(g.id, &held, &state.records.sessions);
+    let plan = sessions::plan(g.id, &held, &state.records.sessions, &state.written);
     if let (false, Some((client, lease))) = (plan.is_empty(), state.link.as_mut()) {
         match write_sessions(client, *lease, &state.prefix, g.id, &plan).await {
             Ok(()) => {
@@ -339,10 +344,12 @@ async fn share_sessions(device: &Arc<Device>, state: &mut State, g: Gateway, pee
                 );
                 // As etcd has them now; the watch says so again shortly.
                 for (k, r) in plan.puts {
-                    state.records.sessions.insert(k, r);
+                    state.records.sessions.insert(k, r.clone());
+                    state.written.insert(k, r);
                 }
                 for k in plan.deletes {
                     state.records.sessions.remove(&k);
+                    state.written.remove(&k);
                 }
             }
             // The connection's own failure ends it; until then the next pass tries again.

@@ -93,24 +93,32 @@ impl SessionPlan {
     }
 }
 
-/// The writes that make `stored` (the records as last read) say `held`. A session held here
+/// The writes that make etcd say what this gateway holds. `stored` is the records as last
+/// read, `written` those this gateway has written on its current lease. A session held here
 /// whose record names another gateway is written only if its handshake is the newer one.
+/// Only records written on the current lease are deleted when their session ends: those of
+/// an earlier life of the gateway (before a restart) are left to their lease, and meanwhile
+/// say which client an index of before the restart was (`Interface::foreign_data` takes
+/// such a client back).
 pub fn plan(
     me: GatewayId,
     held: &BTreeMap<PublicKey, SessionRecord>,
     stored: &BTreeMap<PublicKey, SessionRecord>,
+    written: &BTreeMap<PublicKey, SessionRecord>,
 ) -> SessionPlan {
-    let ours = |k: &PublicKey, r: &SessionRecord| match stored.get(k) {
-        None => true,
-        Some(s) => s != r && (s.gateway == me.0 || s.handshake_ms < r.handshake_ms),
+    let ours = |k: &PublicKey, r: &SessionRecord| {
+        written.get(k) != Some(r)
+            && stored
+                .get(k)
+                .is_none_or(|s| s.gateway == me.0 || s.handshake_ms < r.handshake_ms)
     };
     let puts = (held.iter())
         .filter(|(k, r)| ours(k, r))
         .map(|(k, r)| (*k, r.clone()))
         .collect();
-    let deletes = (stored.iter())
-        .filter(|(k, r)| r.gateway == me.0 && !held.contains_key(*k))
-        .map(|(k, _)| *k)
+    let deletes = (written.keys())
+        .filter(|k| !held.contains_key(*k) && stored.get(*k).is_some_and(|s| s.gateway == me.0))
+        .copied()
         .collect();
     SessionPlan { puts, deletes }
 }
@@ -125,7 +133,8 @@ pub fn elsewhere(me: GatewayId, stored: &BTreeMap<PublicKey, SessionRecord>) -> 
 }
 
 /// The fleet as the core needs it: the other gateways that are up (a record and a health
-/// record) and their sessions by receiver index.
+/// record) and the recorded sessions by receiver index, this gateway's own included (an
+/// index it no longer knows is one of before a restart).
 pub fn view(
     me: GatewayId,
     gateways: &BTreeMap<GatewayId, GatewayRecord>,
@@ -137,7 +146,7 @@ pub fn view(
         .map(|(id, r)| (*id, r.forward))
         .collect();
     let mut sessions = std::collections::HashMap::new();
-    for (client, r) in stored.iter().filter(|(_, r)| r.gateway != me.0) {
+    for (client, r) in stored {
         let Some(endpoint) = r.endpoint else { continue };
         for index in &r.indices {
             let session = ForeignSession {
@@ -181,11 +190,20 @@ mod tests {
         assert_eq!(held.len(), 1, "only the live session");
         assert_eq!(held[&key(1)].indices, [0x0100_0001, 0x0100_0002], "sorted");
 
-        let mut stored = BTreeMap::new();
-        let p = plan(me, &held, &stored);
+        let (mut stored, mut written) = (BTreeMap::new(), BTreeMap::new());
+        let p = plan(me, &held, &stored, &written);
         assert_eq!((p.puts.len(), p.deletes.len()), (1, 0));
         stored.insert(key(1), held[&key(1)].clone());
-        assert!(plan(me, &held, &stored).is_empty(), "nothing to write when etcd agrees");
+        assert_eq!(
+            plan(me, &held, &stored, &written).puts.len(),
+            1,
+            "in etcd, but on an earlier lease"
+        );
+        written.insert(key(1), held[&key(1)].clone());
+        assert!(
+            plan(me, &held, &stored, &written).is_empty(),
+            "nothing to write when etcd agrees"
+        );
         // Ours for a session that ended: deleted. Another gateway's: left alone.
         let theirs = SessionRecord {
             gateway: 2,
@@ -201,7 +219,17 @@ mod tests {
             },
         );
         stored.insert(key(4), theirs.clone());
-        assert_eq!(plan(me, &held, &stored).deletes, [key(2)]);
+        let earlier_life = SessionRecord {
+            gateway: 1,
+            ..theirs.clone()
+        };
+        stored.insert(key(5), earlier_life);
+        written.insert(key(2), stored[&key(2)].clone());
+        assert_eq!(
+            plan(me, &held, &stored, &written).deletes,
+            [key(2)],
+            "this life's ended session, not one of an earlier life (key 5), not another gateway's"
+        );
         assert_eq!(elsewhere(me, &stored), BTreeSet::from([key(4)]));
         // The client handshook here after another gateway had it: the record is rewritten;
         // before: it is left to the other gateway (the client went there since).
@@ -212,7 +240,8 @@ mod tests {
                 ..theirs.clone()
             },
         );
-        assert_eq!(plan(me, &held, &stored).puts.len(), 1);
+        written.clear();
+        assert_eq!(plan(me, &held, &stored, &written).puts.len(), 1);
         let newer = held[&key(1)].handshake_ms + 1;
         stored.insert(
             key(1),
@@ -222,11 +251,11 @@ mod tests {
                 ..theirs
             },
         );
-        assert!(plan(me, &held, &stored).puts.is_empty());
+        assert!(plan(me, &held, &stored, &written).puts.is_empty());
     }
 
     #[test]
-    fn the_view_has_the_other_gateways_that_are_up_and_their_sessions() {
+    fn the_view_has_the_other_gateways_that_are_up_and_the_recorded_sessions() {
         let me = GatewayId(1);
         let record = |port| GatewayRecord {
             forward: format!("10.0.0.1:{port}").parse().unwrap(),
@@ -276,8 +305,8 @@ mod tests {
         indices.sort_unstable();
         assert_eq!(
             indices,
-            [0x0300_0001, 0x0300_0102],
-            "not mine, not one without an endpoint"
+            [0x0100_0001, 0x0300_0001, 0x0300_0102],
+            "every recorded session but one without an endpoint, this gateway's too"
         );
         assert_eq!(v.sessions[&0x0300_0001].client, key(1));
     }
