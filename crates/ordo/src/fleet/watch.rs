@@ -251,6 +251,9 @@ impl Announcer {
 const HEALTH_TTL: Duration = Duration::from_secs(2);
 /// Longest a write of the health record may hold up the probes.
 const HEALTH_WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often a healthy gateway's record is tried again while etcd does not answer: each try
+/// may hold the probes up for HEALTH_WRITE_TIMEOUT.
+const HEALTH_RETRY: Duration = Duration::from_secs(2);
 
 /// The gateway's health record and its return routes, kept from the watch's own runtime
 /// (one thread of its own drives the etcd connection between writes).
@@ -313,7 +316,7 @@ impl Standing {
     /// after etcd was lost.
     fn keep(&mut self, id: GatewayId) {
         let due = match &self.link {
-            None => true,
+            None => self.renewed.elapsed() >= HEALTH_RETRY,
             Some((_, lease)) => self.renewed.elapsed() >= lease.renew_every(),
         };
         if !due {
