@@ -17,17 +17,8 @@ gw_ns() { [[ $1 == 1 ]] && echo "$NS_A" || echo "$NS_G2"; }
 gw_if() { [[ $1 == 1 ]] && echo "$IF_A" || echo "$IF_C"; }
 gw_addr() { echo "10.0.$1.2"; }
 
-# gw_figure N NAME: a figure of gateway N, by its name in `ordo show --json` (the
-# interface's counters, or the fleet part's).
-gw_figure() {
-    "$ORDO" show "$(gw_if "$1")" --json | python3 -c "
-import json, sys
-r = json.load(sys.stdin)[0]
-figures = dict(r['counters'])
-for p in r['parts']:
-    figures.update({f['name']: f['value'] for f in p['figures']})
-print(figures['$2'])"
-}
+# gw_figure N NAME: a figure of gateway N (fleet.sh's figure_of).
+gw_figure() { figure_of "$(gw_if "$1")" "$2"; }
 
 # The router, the client's and the gateways' links, etcd, and FRR on the router and the
 # gateways (each gateway's announcing its fleet table).

@@ -45,13 +45,20 @@ wait_for() {
     echo $(( ($(date +%s%N) - start) / 1000000 ))
 }
 
-# fleet_figure NAME: one of the fleet agent's figures, as `ordo show --json` reports them.
-fleet_figure() {
-    "$ORDO" show "$IF_A" --json | python3 -c "
+# figure_of IFNAME NAME: one of an interface's figures by its name in `ordo show --json`: its
+# counters, or its parts' (the fleet agent's).
+figure_of() {
+    "$ORDO" show "$1" --json | python3 -c "
 import json, sys
-parts = {p['part']: p for p in json.load(sys.stdin)[0]['parts']}
-print({f['name']: f['value'] for f in parts['fleet']['figures']}['$1'])"
+r = json.load(sys.stdin)[0]
+figures = dict(r['counters'])
+for p in r['parts']:
+    figures.update({f['name']: f['value'] for f in p['figures']})
+print(figures['$2'])"
 }
+
+# fleet_figure NAME: one of the fleet agent's figures on host A's gateway.
+fleet_figure() { figure_of "$IF_A" "$1"; }
 
 peer_listed() { wg show "$IF_A" peers | grep -x "$1" >/dev/null; }
 peer_absent() { ! peer_listed "$1"; }

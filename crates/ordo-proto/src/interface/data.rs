@@ -44,22 +44,7 @@ impl Interface {
     ) -> Received {
         let r = match messages::classify(buf) {
             None => Err(DropReason::Malformed),
-            Some(Kind::Data)
-                if self
-                    .receiving_session(messages::DataHeader::parse(buf).receiver)
-                    .is_none() =>
-            {
-                let data = super::ForeignData {
-                    src,
-                    datagram: buf,
-                    came_in_envelope,
-                };
-                return match self.foreign_data(now, wall, data) {
-                    super::Foreign::Dropped(r) => Received::Dropped(r),
-                    f => Received::Foreign(f),
-                };
-            }
-            Some(Kind::Data) => self.receive_data(now, wall, src, buf),
+            Some(Kind::Data) => self.receive_data(now, wall, src, buf, came_in_envelope),
             Some(Kind::Initiation) => self.receive_initiation(now, wall, src, buf),
             Some(Kind::Response) => self.receive_response(now, wall, src, buf),
             Some(Kind::CookieReply) => self.receive_cookie_reply(now, buf),
@@ -76,9 +61,21 @@ impl Interface {
         wall: SystemTime,
         src: SocketAddr,
         buf: &mut [u8],
+        came_in_envelope: bool,
     ) -> Result<Received, DropReason> {
         let receiver = messages::DataHeader::parse(buf).receiver;
-        let (id, session) = self.receiving_session(receiver).ok_or(DropReason::UnknownReceiver)?;
+        let Some((id, session)) = self.receiving_session(receiver) else {
+            // Another gateway's session, or none: `foreign_data` counts its own drops.
+            let data = super::ForeignData {
+                src,
+                datagram: buf,
+                came_in_envelope,
+            };
+            return Ok(match self.foreign_data(now, wall, data) {
+                super::Foreign::Dropped(r) => Received::Dropped(r),
+                f => Received::Foreign(f),
+            });
+        };
         if session.expired(now) {
             return Err(DropReason::ExpiredSession);
         }
